@@ -1,0 +1,219 @@
+"""A streaming dataset: one catalog entry per streaming source or sink."""
+
+from __future__ import annotations
+
+import importlib
+from copy import deepcopy
+from typing import Any
+
+from kedro.io.core import DatasetError
+from kedro_datasets.spark import SparkStreamingDataset as _BaseStreamingDataset
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.utils import AnalysisException
+
+OUTPUT_MODES = ("append", "complete", "update")
+TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous")
+# Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
+_SECRET_MARKERS = ("jaas", "password", "secret", "token", "key.password")
+
+
+class SparkStreamingDataset(_BaseStreamingDataset):
+    """Loads a streaming DataFrame, or starts a streaming query that saves one.
+
+    Extends ``kedro_datasets.spark.SparkStreamingDataset``:
+
+    * ``save()`` leaves its configuration untouched, so a dataset saves the same
+      way every time (the base class pops ``output_mode`` and ``checkpoint``);
+    * ``trigger``, ``query_name`` and ``foreach_batch`` save arguments;
+    * no path is passed to sources and sinks that have none (Kafka);
+    * ``credentials`` are merged into the options and never described;
+    * the started query is kept in ``query`` for the hooks to watch.
+
+    Example:
+        ```yaml
+        bronze_trips:
+          type: <package>.datasets.SparkStreamingDataset
+          filepath: data/02_intermediate/bronze_trips
+          file_format: parquet
+          save_args:
+            output_mode: append
+            checkpoint: data/checkpoints/bronze_trips
+            trigger: {processingTime: 10 seconds}
+        ```
+    """
+
+    def __init__(  # noqa: PLR0913
+        self,
+        *,
+        filepath: str = "",
+        file_format: str = "",
+        load_args: dict[str, Any] | None = None,
+        save_args: dict[str, Any] | None = None,
+        credentials: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """Creates a new streaming dataset.
+
+        Args:
+            filepath: Folder of a file source or sink; empty for Kafka.
+            file_format: Any Spark streaming format: json, csv, parquet, kafka...
+            load_args: Options of ``spark.readStream``; ``schema`` is a DDL string
+                or ``{"filepath": ...}`` naming a Spark JSON schema file.
+            save_args: ``output_mode``, ``checkpoint``, ``trigger`` (keyword
+                arguments of ``DataStreamWriter.trigger``), ``query_name``,
+                ``partitionBy``, ``foreach_batch`` (``"module:function"``); the
+                rest are writer options.
+            credentials: Options merged into both reader and writer, e.g. Kafka
+                SASL settings from ``conf/local/credentials.yml``.
+            metadata: Ignored by Kedro; free for users and plugins.
+        """
+        super().__init__(
+            filepath=filepath,
+            file_format=file_format,
+            load_args=load_args,
+            save_args=save_args,
+            metadata=metadata,
+        )
+        self._path = str(filepath) if filepath else None
+        self._credentials = dict(credentials or {})
+
+        save = dict(self._save_args)
+        self._output_mode = save.pop("output_mode", "append")
+        self._checkpoint = save.pop("checkpoint", None)
+        self._partition_by = save.pop("partitionBy", None)
+        self._foreach_batch = save.pop("foreach_batch", None)
+        self.trigger: dict[str, Any] | None = save.pop("trigger", None)
+        self.query_name: str | None = save.pop("query_name", None)
+        self._writer_options = save
+        self.query: StreamingQuery | None = None
+
+    @property
+    def checkpoint(self) -> str | None:
+        """Where the query that saves this dataset keeps its progress."""
+        return self._checkpoint
+
+    @property
+    def file_format(self) -> str:
+        """The Spark format, e.g. ``parquet`` or ``kafka``."""
+        return self._file_format
+
+    @property
+    def path(self) -> str | None:
+        """The folder of a file source or sink, ``None`` for Kafka."""
+        return self._path
+
+    def sink_problems(self) -> list[str]:
+        """Says what keeps this dataset from being saved, before any query starts."""
+        problems = []
+        if not self._checkpoint:
+            problems.append(
+                "has no checkpoint: add `save_args: {checkpoint: data/checkpoints/<name>}`"
+                " so that a restart resumes where it stopped"
+            )
+        if self._output_mode not in OUTPUT_MODES:
+            problems.append(
+                f"has output_mode '{self._output_mode}': use one of {', '.join(OUTPUT_MODES)}"
+            )
+        if self.trigger is not None and (
+            not isinstance(self.trigger, dict)
+            or len(self.trigger) != 1
+            or next(iter(self.trigger)) not in TRIGGER_KINDS
+        ):
+            problems.append(
+                f"has trigger {self.trigger!r}: use one of "
+                + ", ".join(f"'{kind}: ...'" for kind in TRIGGER_KINDS)
+            )
+        if not self._file_format and not self._foreach_batch:
+            problems.append("has no file_format: set e.g. `file_format: parquet`")
+        return problems
+
+    def _describe(self) -> dict[str, Any]:
+        return {
+            "filepath": self._path,
+            "file_format": self._file_format,
+            "load_args": _redact(self._load_args),
+            "save_args": _redact(self._save_args),
+            "credentials": "***" if self._credentials else None,
+        }
+
+    def load(self) -> DataFrame:
+        """Returns a streaming DataFrame over the source."""
+        reader = (
+            SparkSession.builder.getOrCreate()
+            .readStream.format(self._file_format)
+            .options(**self._load_args, **self._credentials)
+        )
+        if self._schema is not None:
+            reader = reader.schema(self._schema)
+        try:
+            return reader.load(self._path) if self._path else reader.load()
+        except AnalysisException as exc:
+            message = str(exc)
+            if "PATH_NOT_FOUND" in message or "UNABLE_TO_INFER_SCHEMA" in message:
+                raise DatasetError(
+                    f"There is nothing to stream from '{self._path}' yet: it holds no "
+                    f"{self._file_format} files. Run the pipeline that writes it first "
+                    "(e.g. `kedro run --pipeline ingest`), or give the source a "
+                    "`schema` in its load_args."
+                ) from None
+            raise
+
+    def save(self, data: DataFrame) -> None:
+        """Starts a streaming query that writes ``data`` to this dataset."""
+        if not data.isStreaming:
+            raise DatasetError(
+                "SparkStreamingDataset saves streaming DataFrames only; use "
+                "spark.SparkDataset for batch DataFrames."
+            )
+        problems = self.sink_problems()
+        if problems:
+            raise DatasetError(f"Streaming sink {problems[0]}.")
+
+        writer = (
+            data.writeStream.outputMode(self._output_mode)
+            .option("checkpointLocation", self._checkpoint)
+            .options(**self._writer_options, **self._credentials)
+        )
+        if self._file_format:
+            writer = writer.format(self._file_format)
+        if self.query_name:
+            writer = writer.queryName(self.query_name)
+        if self.trigger:
+            writer = writer.trigger(**self.trigger)
+        if self._partition_by:
+            columns = self._partition_by
+            writer = writer.partitionBy(
+                *([columns] if isinstance(columns, str) else columns)
+            )
+        if self._foreach_batch:
+            writer = writer.foreachBatch(_import_function(self._foreach_batch))
+        self.query = writer.start(self._path) if self._path else writer.start()
+
+    def _exists(self) -> bool:
+        if not self._path:
+            return True
+        try:
+            self.load()
+        except DatasetError:
+            return False
+        return True
+
+
+def _redact(options: dict[str, Any]) -> dict[str, Any]:
+    shown = deepcopy(options)
+    for key in shown:
+        if any(marker in key.lower() for marker in _SECRET_MARKERS):
+            shown[key] = "***"
+    return shown
+
+
+def _import_function(reference: str):
+    module_name, _, function_name = reference.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise DatasetError(
+            f"foreach_batch '{reference}' does not name a function: write it as "
+            "'package.module:function'."
+        ) from exc
