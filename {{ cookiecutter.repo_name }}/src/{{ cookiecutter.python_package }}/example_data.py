@@ -32,6 +32,9 @@ EVENT_TIME_START = datetime(2024, 3, 1, 6, 0, tzinfo=timezone.utc)
 FILE_SPAN = timedelta(minutes=30)
 ZONE_COUNT = 265
 UNKNOWN_LOCATION_ID = 999
+FIRST_FILE_WITH_LATE_TRIPS = 3
+TRUNCATED_FILE = 2
+NULL_SHARE = 0.05
 
 # LocationID ranges per borough, in the spirit of the TLC table (1 = EWR,
 # 264/265 = unknown / outside NYC).
@@ -65,8 +68,9 @@ def trip_records(file_index: int, trips: int = 60, seed: int = 2024) -> list[str
     """The JSON lines of one landing file, the same for the same arguments.
 
     File ``k`` mostly holds trips dropped off in ``[k, k+1) * FILE_SPAN`` after
-    ``EVENT_TIME_START``, shuffled. From the fourth file on, two trips arrive
-    more than an hour late, and every file has a few invalid records.
+    ``EVENT_TIME_START``, shuffled. From the second file on, two trips arrive a
+    few minutes late (within the watermark); from the fourth on, two arrive two
+    hours late (beyond it); every file has five invalid records.
     """
     rng = random.Random(seed * 1_000 + file_index)
     span_start = EVENT_TIME_START + file_index * FILE_SPAN
@@ -76,10 +80,10 @@ def trip_records(file_index: int, trips: int = 60, seed: int = 2024) -> list[str
         # Out of order, but within the 10-minute watermark: still counted.
         for record in records[2:4]:
             record.update(_times(rng, span_start - timedelta(minutes=rng.uniform(1, 6))))
-    if file_index >= 3:
+    if file_index >= FIRST_FILE_WITH_LATE_TRIPS:
         # Beyond the watermark: their window has been emitted already.
         for record in records[:2]:
-            record.update(_times(rng, span_start - timedelta(minutes=rng.uniform(75, 110))))
+            record.update(_times(rng, span_start - timedelta(minutes=rng.uniform(120, 150))))
 
     records[5]["fare_amount"] = -abs(records[5]["fare_amount"])
     pickup, dropoff = records[6]["lpep_pickup_datetime"], records[6]["lpep_dropoff_datetime"]
@@ -90,7 +94,7 @@ def trip_records(file_index: int, trips: int = 60, seed: int = 2024) -> list[str
 
     lines = [json.dumps(record) for record in records]
     rng.shuffle(lines)
-    if file_index == 2:
+    if file_index == TRUNCATED_FILE:
         # A producer that died mid-write.
         lines.append(lines[0][: len(lines[0]) // 2])
     return lines
@@ -102,16 +106,16 @@ def _trip(rng: random.Random, dropoff: datetime) -> dict[str, object]:
     extra = rng.choice([0.0, 0.5, 1.0])
     tip = round(rng.choice([0.0, 0.0, fare * 0.15, fare * 0.2]), 2)
     tolls = rng.choice([0.0] * 9 + [6.55])
-    congestion = None if rng.random() < 0.05 else rng.choice([0.0, 2.75])
+    congestion = None if rng.random() < NULL_SHARE else rng.choice([0.0, 2.75])
     total = round(fare + extra + 0.5 + tip + tolls + 0.3 + (congestion or 0.0), 2)
     return {
         "VendorID": rng.choice([1, 2]),
         **_times(rng, dropoff),
-        "store_and_fwd_flag": None if rng.random() < 0.03 else rng.choice(["N"] * 19 + ["Y"]),
+        "store_and_fwd_flag": None if rng.random() < NULL_SHARE else rng.choice(["N"] * 19 + ["Y"]),
         "RatecodeID": 1,
         "PULocationID": rng.randint(1, ZONE_COUNT),
         "DOLocationID": rng.randint(1, ZONE_COUNT),
-        "passenger_count": None if rng.random() < 0.05 else rng.choice([1, 1, 1, 2, 3, 5]),
+        "passenger_count": None if rng.random() < NULL_SHARE else rng.choice([1, 1, 1, 2, 3, 5]),
         "trip_distance": distance,
         "fare_amount": fare,
         "extra": extra,

@@ -92,7 +92,9 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
     source_file = F.input_file_name()
     return raw_trips.select(
         *[typed[name].alias(name) for name in TRIP_COLUMNS],
-        F.coalesce(corrupt, F.to_json(F.struct(*raw.values()))).alias("raw_payload"),
+        F.coalesce(
+            corrupt, F.to_json(F.struct(*[raw[name].alias(name) for name in raw]))
+        ).alias("raw_payload"),
         _present(problems).alias("problems"),
         F.when(source_file != "", source_file).alias("source_file"),
         F.current_timestamp().alias("ingested_at"),

@@ -1,0 +1,35 @@
+from datetime import datetime
+
+from {{ cookiecutter.python_package }}.pipelines.aggregate.nodes import (
+    summarise_hourly_by_borough,
+)
+
+SUMMARY = {"window_duration": "1 hour", "watermark_delay": "10 minutes"}
+
+
+def test_summary_per_hour_and_pickup_borough(spark):
+    trips = spark.createDataFrame(
+        [
+            (datetime(2024, 3, 1, 6, 5), 1, 1, 1.5, 10.0, 12.0),
+            (datetime(2024, 3, 1, 6, 59, 59), 1, None, 2.5, 20.0, 26.0),
+            (datetime(2024, 3, 1, 7, 0), 1, 3, 4.0, 30.0, 33.0),
+            (datetime(2024, 3, 1, 7, 30), 2, 2, 1.0, 5.0, 7.0),
+            (datetime(2024, 3, 1, 7, 45), 77, 4, 3.0, 8.0, 9.0),
+        ],
+        "lpep_dropoff_datetime TIMESTAMP, PULocationID INT, passenger_count INT,"
+        " trip_distance DOUBLE, fare_amount DOUBLE, total_amount DOUBLE",
+    )
+    zones = spark.createDataFrame(
+        [(1, "Manhattan"), (2, "Queens")], "LocationID INT, Borough STRING"
+    )
+
+    rows = summarise_hourly_by_borough(trips, zones, SUMMARY).orderBy(
+        "window_start", "pickup_borough"
+    )
+
+    assert [tuple(row) for row in rows.collect()] == [
+        (datetime(2024, 3, 1, 6), datetime(2024, 3, 1, 7), "Manhattan", 2, 1.0, 4.0, 2.0, 30.0, 15.0, 38.0, 19.0),
+        (datetime(2024, 3, 1, 7), datetime(2024, 3, 1, 8), "Manhattan", 1, 3.0, 4.0, 4.0, 30.0, 30.0, 33.0, 33.0),
+        (datetime(2024, 3, 1, 7), datetime(2024, 3, 1, 8), "Queens", 1, 2.0, 1.0, 1.0, 5.0, 5.0, 7.0, 7.0),
+        (datetime(2024, 3, 1, 7), datetime(2024, 3, 1, 8), "Unknown", 1, 4.0, 3.0, 3.0, 8.0, 8.0, 9.0, 9.0),
+    ]

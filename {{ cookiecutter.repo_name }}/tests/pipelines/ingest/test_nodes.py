@@ -1,0 +1,107 @@
+from datetime import datetime
+
+from pyspark.sql import SparkSession
+
+from {{ cookiecutter.python_package }}.pipelines.ingest.nodes import (
+    TRIP_COLUMNS,
+    parse_trips,
+    split_valid_trips,
+)
+
+VALIDATION = {"max_trip_hours": 24, "max_amount": 1000}
+GOOD = {
+    "VendorID": "2",
+    "lpep_pickup_datetime": "2021-01-01 00:15:56",
+    "lpep_dropoff_datetime": "2021-01-01T00:19:52Z",
+    "store_and_fwd_flag": "N",
+    "RatecodeID": "1.0",
+    "PULocationID": "43",
+    "DOLocationID": "151",
+    "passenger_count": "1.0",
+    "trip_distance": "1.01",
+    "fare_amount": "5.5",
+    "extra": "0.5",
+    "mta_tax": "0.5",
+    "tip_amount": "0",
+    "tolls_amount": "0",
+    "ehail_fee": None,
+    "improvement_surcharge": "0.3",
+    "total_amount": "6.8",
+    "payment_type": "2",
+    "trip_type": "1",
+    "congestion_surcharge": None,
+}
+
+
+def raw_frame(spark: SparkSession, *records: dict, corrupt: list | None = None):
+    columns = [*TRIP_COLUMNS, "_corrupt_record"]
+    rows = [tuple(record.get(c) for c in columns) for record in records]
+    rows += [(*[None] * len(TRIP_COLUMNS), line) for line in corrupt or []]
+    schema = ", ".join(f"`{c}` STRING" for c in columns)
+    return spark.createDataFrame(rows, schema)
+
+
+def test_parse_types_iso_and_epoch_millis_datetimes(spark):
+    epoch = {**GOOD, "lpep_pickup_datetime": "1609460156000", "lpep_dropoff_datetime": "1609460392000"}
+    parsed = parse_trips(raw_frame(spark, GOOD, epoch)).collect()
+
+    for row in parsed:
+        assert row.lpep_pickup_datetime == datetime(2021, 1, 1, 0, 15, 56)
+        assert row.lpep_dropoff_datetime == datetime(2021, 1, 1, 0, 19, 52)
+        assert (row.RatecodeID, row.passenger_count, row.PULocationID) == (1, 1, 43)
+        assert (row.fare_amount, row.total_amount, row.ehail_fee) == (5.5, 6.8, None)
+        assert row.problems == []
+        assert row.source_file is None
+
+
+def test_parse_names_every_problem_and_keeps_the_raw_record(spark):
+    wrong_types = {**GOOD, "passenger_count": "two", "lpep_pickup_datetime": "yesterday"}
+    missing = {key: value for key, value in GOOD.items() if key != "fare_amount"}
+    parsed = parse_trips(
+        raw_frame(spark, wrong_types, missing, corrupt=['{"VendorID": 2, "lpep_']),
+    ).collect()
+
+    assert [row.problems for row in parsed] == [
+        ["invalid lpep_pickup_datetime", "invalid passenger_count"],
+        ["missing fare_amount"],
+        ["not a valid record"],
+    ]
+    assert '"passenger_count":"two"' in parsed[0].raw_payload
+    assert parsed[2].raw_payload == '{"VendorID": 2, "lpep_'
+
+
+def test_split_applies_every_rule_and_loses_nothing(spark):
+    zones = spark.createDataFrame([(43, "Manhattan"), (151, "Manhattan")], "LocationID INT, Borough STRING")
+    records = [
+        GOOD,
+        {**GOOD, "lpep_dropoff_datetime": "2021-01-01 00:10:00"},
+        {**GOOD, "lpep_dropoff_datetime": "2021-01-03 00:00:00"},
+        {**GOOD, "fare_amount": "-5.5", "total_amount": "-6.8"},
+        {**GOOD, "total_amount": "5000"},
+        {**GOOD, "PULocationID": "999"},
+        {**GOOD, "passenger_count": "two"},
+    ]
+    bronze, quarantined = split_valid_trips(parse_trips(raw_frame(spark, *records)), zones, VALIDATION)
+
+    assert bronze.count() == 1
+    assert bronze.columns == [*TRIP_COLUMNS, "source_file", "ingested_at"]
+    reasons = sorted(row.rejection_reason for row in quarantined.collect())
+    assert reasons == sorted(
+        [
+            "dropoff before pickup",
+            "trip longer than 24 hours",
+            "negative fare_amount; negative total_amount",
+            "total_amount above 1000",
+            "unknown PULocationID",
+            "invalid passenger_count",
+        ]
+    )
+
+
+def test_split_ignores_duplicate_zone_ids(spark):
+    zones = spark.createDataFrame(
+        [(43, "Manhattan"), (151, "Manhattan"), (43, "Manhattan")],
+        "LocationID INT, Borough STRING",
+    )
+    bronze, _ = split_valid_trips(parse_trips(raw_frame(spark, GOOD)), zones, VALIDATION)
+    assert bronze.count() == 1
