@@ -1,0 +1,74 @@
+"""Fixtures: a project generated with `kedro new --starter`, and its own venv."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+import pytest
+
+STARTER_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(
+    os.environ.get("STARTER_REFERENCE_DATA", STARTER_ROOT.parent / "shared" / "reference-data")
+)
+PROJECT_NAME = "Taxi Rides"
+PACKAGE = "taxi_rides"
+
+
+def quiet_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1"}
+    env.pop("PYTHONPATH", None)
+    return {**env, **extra}
+
+
+def run(command: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+    """Runs a command, failing the test with its output when it fails."""
+    started = time.monotonic()
+    result = subprocess.run(
+        command, cwd=cwd, env=quiet_env(), capture_output=True, text=True, timeout=timeout, **kwargs
+    )
+    result.seconds = time.monotonic() - started
+    if result.returncode != 0:
+        pytest.fail(
+            f"{' '.join(map(str, command))} exited {result.returncode} in {cwd}\n"
+            f"--- stdout ---\n{result.stdout[-8000:]}\n--- stderr ---\n{result.stderr[-8000:]}"
+        )
+    return result
+
+
+@pytest.fixture(scope="session")
+def generated_project(tmp_path_factory) -> Path:
+    """A pristine project, as `kedro new --starter=<this repo> --config` makes it."""
+    workdir = tmp_path_factory.mktemp("generated")
+    config = workdir / "config.yml"
+    config.write_text(f"project_name: {PROJECT_NAME}\noutput_dir: {workdir}\n")
+    run(
+        [sys.executable, "-m", "kedro", "new", "--starter", str(STARTER_ROOT),
+         "--config", str(config), "--telemetry", "no"],
+        cwd=workdir,
+    )
+    return workdir / "taxi-rides"
+
+
+@pytest.fixture(scope="session")
+def project_bin(generated_project, tmp_path_factory) -> Path:
+    """The bin/ folder of a fresh virtualenv with the project's requirements."""
+    env_dir = tmp_path_factory.mktemp("venv")
+    venv.create(env_dir, with_pip=True)
+    bin_dir = env_dir / "bin"
+    run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+         "-r", "requirements.txt"], cwd=generated_project, timeout=1500)
+    return bin_dir
+
+
+@pytest.fixture
+def fresh_project(generated_project, tmp_path) -> Path:
+    """A copy of the generated project with no run behind it."""
+    copy = tmp_path / generated_project.name
+    shutil.copytree(generated_project, copy)  # keeps file times, so file order
+    return copy

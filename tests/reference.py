@@ -1,0 +1,211 @@
+"""An independent computation of what the example pipelines must produce.
+
+Plain Python and pandas, written from the documented rules (the README of the
+generated project), not from its code: records are parsed, validated, and
+summarised per 1-hour dropoff window and pickup borough with Spark's
+watermark semantics replayed micro-batch by micro-batch.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+
+KINDS = {
+    "VendorID": "int",
+    "lpep_pickup_datetime": "timestamp",
+    "lpep_dropoff_datetime": "timestamp",
+    "store_and_fwd_flag": "string",
+    "RatecodeID": "int",
+    "PULocationID": "int",
+    "DOLocationID": "int",
+    "passenger_count": "int",
+    "trip_distance": "double",
+    "fare_amount": "double",
+    "extra": "double",
+    "mta_tax": "double",
+    "tip_amount": "double",
+    "tolls_amount": "double",
+    "ehail_fee": "double",
+    "improvement_surcharge": "double",
+    "total_amount": "double",
+    "payment_type": "int",
+    "trip_type": "int",
+    "congestion_surcharge": "double",
+}
+REQUIRED = ("lpep_pickup_datetime", "lpep_dropoff_datetime", "PULocationID",
+            "DOLocationID", "fare_amount", "total_amount")
+NON_NEGATIVE = ("trip_distance", "fare_amount", "extra", "mta_tax", "tip_amount",
+                "tolls_amount", "improvement_surcharge", "total_amount",
+                "congestion_surcharge")
+BOUNDED = ("fare_amount", "total_amount")
+MAX_TRIP_HOURS, MAX_AMOUNT = 24, 10000
+WINDOW, WATERMARK_DELAY = timedelta(hours=1), timedelta(minutes=10)
+SUMMARY_COLUMNS = ["trip_count", "avg_passengers", "total_distance", "avg_distance",
+                   "total_fare", "avg_fare", "total_amount", "avg_amount"]
+
+
+def json_landing_batches(folder: Path) -> list[list[dict | None]]:
+    """One batch per file, in file-time order; ``None`` stands for a bad line."""
+    batches = []
+    for path in sorted(folder.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name)):
+        records = []
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                # Keep numbers as their text, as a string-typed Spark schema does.
+                record = json.loads(line, parse_float=str, parse_int=str)
+            except json.JSONDecodeError:
+                record = None
+            records.append(_as_text(record) if isinstance(record, dict) else None)
+        batches.append(records)
+    return batches
+
+
+def csv_batch(path: Path) -> list[dict]:
+    with path.open(newline="") as handle:
+        return [{k: (v if v != "" else None) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def zone_boroughs(path: Path) -> dict[int, str]:
+    with path.open(newline="") as handle:
+        return {int(row["LocationID"]): row["Borough"] for row in csv.DictReader(handle)}
+
+
+def _as_text(record: dict) -> dict:
+    def text(value):
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (dict, list)):
+            return json.dumps(value, separators=(",", ":"))
+        return str(value)
+
+    return {name: text(record.get(name)) for name in KINDS}
+
+
+def _typed(text: str | None, kind: str):
+    if text is None:
+        return None
+    text = text.strip(" ")
+    if kind == "string":
+        return text or None
+    if kind == "timestamp":
+        if re.fullmatch(r"-?[0-9]{1,15}", text):
+            return datetime(1970, 1, 1) + timedelta(milliseconds=int(text))
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+        return moment
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    if kind == "int":
+        return int(number) if math.isfinite(number) and number == math.floor(number) else None
+    return number
+
+
+def check(record: dict | None, zone_ids: set[int]) -> tuple[dict | None, str | None]:
+    """The typed trip and ``None``, or ``None`` and the rejection reason."""
+    if record is None:
+        return None, "not a valid record"
+    trip = {name: _typed(record.get(name), kind) for name, kind in KINDS.items()}
+    reasons = [f"missing {n}" for n in REQUIRED if record.get(n) is None]
+    reasons += [f"invalid {n}" for n in KINDS if record.get(n) is not None and trip[n] is None]
+    pickup, dropoff = trip["lpep_pickup_datetime"], trip["lpep_dropoff_datetime"]
+    if pickup and dropoff and dropoff < pickup:
+        reasons.append("dropoff before pickup")
+    if pickup and dropoff and (dropoff - pickup).total_seconds() > MAX_TRIP_HOURS * 3600:
+        reasons.append(f"trip longer than {MAX_TRIP_HOURS} hours")
+    reasons += [f"negative {n}" for n in NON_NEGATIVE if trip[n] is not None and trip[n] < 0]
+    reasons += [f"{n} above {MAX_AMOUNT}" for n in BOUNDED if trip[n] is not None and trip[n] > MAX_AMOUNT]
+    for name in ("PULocationID", "DOLocationID"):
+        if trip[name] is not None and trip[name] not in zone_ids:
+            reasons.append(f"unknown {name}")
+    return (None, "; ".join(reasons)) if reasons else (trip, None)
+
+
+@dataclass
+class Expected:
+    bronze: list[dict] = field(default_factory=list)
+    rejections: Counter = field(default_factory=Counter)
+    late_trips: int = 0
+    summary: pd.DataFrame | None = None
+
+
+def expected_outputs(batches: list[list[dict | None]], boroughs: dict[int, str]) -> Expected:
+    """Replays the two pipelines over micro-batches, one batch per landing file.
+
+    Spark's append-mode window aggregation: a window is emitted once the
+    watermark (max event time so far minus the delay, advanced after each
+    batch) reaches its end; a row is dropped as late when its window ended at
+    or before the watermark of the batch before (the late-event watermark
+    trails the eviction watermark by one batch since Spark 3.5).
+    """
+    out = Expected()
+    state: dict[tuple, list[dict]] = defaultdict(list)
+    eviction_wm = late_wm = None
+    for batch in batches:
+        valid = []
+        for record in batch:
+            trip, reason = check(record, set(boroughs))
+            if reason:
+                out.rejections[reason] += 1
+            else:
+                valid.append(trip)
+        out.bronze += valid
+        for trip in valid:
+            start = trip["lpep_dropoff_datetime"].replace(minute=0, second=0, microsecond=0)
+            if late_wm is not None and start + WINDOW <= late_wm:
+                out.late_trips += 1
+                continue
+            state[(start, boroughs.get(trip["PULocationID"], "Unknown"))].append(trip)
+        if valid:
+            batch_wm = max(t["lpep_dropoff_datetime"] for t in valid) - WATERMARK_DELAY
+            late_wm = eviction_wm
+            eviction_wm = batch_wm if eviction_wm is None else max(eviction_wm, batch_wm)
+
+    rows = []
+    for (start, borough), trips in state.items():
+        if eviction_wm is None or start + WINDOW > eviction_wm:
+            continue
+        passengers = [t["passenger_count"] for t in trips if t["passenger_count"] is not None]
+        rows.append({
+            "window_start": start,
+            "window_end": start + WINDOW,
+            "pickup_borough": borough,
+            "trip_count": len(trips),
+            "avg_passengers": sum(passengers) / len(passengers) if passengers else float("nan"),
+            "total_distance": _sum(t["trip_distance"] for t in trips),
+            "avg_distance": _mean(t["trip_distance"] for t in trips),
+            "total_fare": sum(t["fare_amount"] for t in trips),
+            "avg_fare": _mean(t["fare_amount"] for t in trips),
+            "total_amount": sum(t["total_amount"] for t in trips),
+            "avg_amount": _mean(t["total_amount"] for t in trips),
+        })
+    out.summary = pd.DataFrame(rows).sort_values(["window_start", "pickup_borough"]).reset_index(drop=True)
+    return out
+
+
+def _mean(values) -> float:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else float("nan")
+
+
+def _sum(values) -> float:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else float("nan")
