@@ -1,6 +1,7 @@
 from datetime import datetime
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from {{ cookiecutter.python_package }}.pipelines.ingest.nodes import (
     TRIP_COLUMNS,
@@ -105,3 +106,20 @@ def test_split_ignores_duplicate_zone_ids(spark):
     )
     bronze, _ = split_valid_trips(parse_trips(raw_frame(spark, GOOD)), zones, VALIDATION)
     assert bronze.count() == 1
+
+
+def test_parse_accepts_typed_columns_as_in_tlc_parquet_files(spark):
+    typed = spark.createDataFrame(
+        [(datetime(2021, 1, 1, 0, 15, 56), datetime(2021, 1, 1, 0, 19, 52), 1.0, 43, 5.5)],
+        "lpep_pickup_datetime TIMESTAMP, lpep_dropoff_datetime TIMESTAMP,"
+        " passenger_count DOUBLE, PULocationID BIGINT, fare_amount DOUBLE",
+    )
+    for name in TRIP_COLUMNS:
+        if name not in typed.columns:
+            typed = typed.withColumn(name, F.lit(None).cast("string"))
+
+    row = parse_trips(typed).first()
+
+    assert row.lpep_pickup_datetime == datetime(2021, 1, 1, 0, 15, 56)
+    assert (row.passenger_count, row.PULocationID, row.fare_amount) == (1, 43, 5.5)
+    assert row.problems == ["missing DOLocationID", "missing total_amount"]
