@@ -4,6 +4,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from {{ cookiecutter.python_package }}.pipelines.ingest.nodes import (
+    SOURCE_COLUMNS,
     TRIP_COLUMNS,
     parse_trips,
     split_valid_trips,
@@ -85,7 +86,7 @@ def test_split_applies_every_rule_and_loses_nothing(spark):
     bronze, quarantined = split_valid_trips(parse_trips(raw_frame(spark, *records)), zones, VALIDATION)
 
     assert bronze.count() == 1
-    assert bronze.columns == [*TRIP_COLUMNS, "source_file", "ingested_at"]
+    assert bronze.columns == [*TRIP_COLUMNS, *SOURCE_COLUMNS]
     reasons = sorted(row.rejection_reason for row in quarantined.collect())
     assert reasons == sorted(
         [

@@ -70,3 +70,21 @@ def summarise_hourly_by_borough(
             "avg_amount",
         )
     )
+
+
+def summary_messages(
+    bronze_trips: DataFrame, taxi_zones: DataFrame, summary: dict[str, Any]
+) -> DataFrame:
+    """The hourly summary as messages for a Kafka sink.
+
+    A query of its own (one query per sink), computing the same windows as
+    ``summarise_hourly_by_borough`` from the same input.
+
+    Returns:
+        ``key``: the pickup borough; ``value``: the summary row as JSON.
+    """
+    rows = summarise_hourly_by_borough(bronze_trips, taxi_zones, summary)
+    return rows.select(
+        F.col("pickup_borough").alias("key"),
+        F.to_json(F.struct(*rows.columns)).alias("value"),
+    )

@@ -56,23 +56,36 @@ NON_NEGATIVE_COLUMNS = (
 )
 BOUNDED_AMOUNT_COLUMNS = ("fare_amount", "total_amount")
 CORRUPT_RECORD = "_corrupt_record"
-SOURCE_COLUMNS = ("source_file", "ingested_at")
+# Where each row came from: a file, or a Kafka message.
+SOURCE_COLUMNS = (
+    "source_file",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+    "ingested_at",
+)
+_KAFKA_COLUMNS = {"value", "topic", "partition", "offset", "timestamp"}
 
 
 def parse_trips(raw_trips: DataFrame) -> DataFrame:
     """Types the fields of raw trip records and notes what did not parse.
 
     Args:
-        raw_trips: One row per record, every TLC field as text (as read with
-            ``conf/base/schemas/raw_trips.json``), plus an optional
-            ``_corrupt_record`` column holding lines that were not valid records.
+        raw_trips: Either one row per record, every TLC field as text (as read
+            with ``conf/base/schemas/raw_trips.json``) plus an optional
+            ``_corrupt_record`` column holding lines that were not valid
+            records; or Kafka messages (``value``, ``topic``, ``partition``,
+            ``offset``, ``timestamp``) whose values are JSON records.
             Datetimes may be ISO-8601 strings or epoch milliseconds.
 
     Returns:
         The TLC fields with their types, ``raw_payload`` (the record as
         received), ``problems`` (an array of reasons, empty when the record
-        parsed), ``source_file`` and ``ingested_at``.
+        parsed), and the ``SOURCE_COLUMNS``.
     """
+    if _KAFKA_COLUMNS <= set(raw_trips.columns):
+        raw_trips = _decode_kafka_messages(raw_trips)
     corrupt = (
         F.col(CORRUPT_RECORD) if CORRUPT_RECORD in raw_trips.columns else F.lit(None)
     )
@@ -90,6 +103,15 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
     ]
 
     source_file = F.input_file_name()
+    kafka = {
+        name: F.col(name) if name in raw_trips.columns else F.lit(None).cast(kind)
+        for name, kind in (
+            ("kafka_topic", "string"),
+            ("kafka_partition", "int"),
+            ("kafka_offset", "long"),
+            ("kafka_timestamp", "timestamp"),
+        )
+    }
     return raw_trips.select(
         *[typed[name].alias(name) for name in TRIP_COLUMNS],
         F.coalesce(
@@ -97,7 +119,29 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
         ).alias("raw_payload"),
         _present(problems).alias("problems"),
         F.when(source_file != "", source_file).alias("source_file"),
+        *[column.alias(name) for name, column in kafka.items()],
         F.current_timestamp().alias("ingested_at"),
+    )
+
+
+def _decode_kafka_messages(messages: DataFrame) -> DataFrame:
+    """Kafka messages -> the text fields of the JSON record in each value."""
+    schema = ", ".join(f"`{name}` STRING" for name in [*TRIP_COLUMNS, CORRUPT_RECORD])
+    text = F.col("value").cast("string")
+    record = F.from_json(
+        text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD}
+    )
+    # An empty or null value parses to no record at all: keep it as corrupt.
+    corrupt = F.when(record.isNull(), F.coalesce(text, F.lit(""))).otherwise(
+        record[CORRUPT_RECORD]
+    )
+    return messages.select(
+        *[record[name].alias(name) for name in TRIP_COLUMNS],
+        corrupt.alias(CORRUPT_RECORD),
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
     )
 
 
