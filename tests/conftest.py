@@ -21,7 +21,8 @@ PACKAGE = "taxi_rides"
 
 
 def quiet_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1"}
+    # A wide console, so that Kedro's rich log lines are not wrapped.
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "COLUMNS": "250"}
     env.pop("PYTHONPATH", None)
     return {**env, **extra}
 

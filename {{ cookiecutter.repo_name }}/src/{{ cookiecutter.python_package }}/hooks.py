@@ -182,8 +182,10 @@ class StreamingQueryHooks:
                 if error is not None:
                     self._stop_all()
                     raise StreamingQueryFailed(
-                        f"Streaming query '{name}' failed: {error}"
-                    ) from None
+                        f"Streaming query '{name}' failed: {_headline(error)}\n"
+                        "Its checkpoint is intact: fix the cause and run again to "
+                        "resume from the last committed batch."
+                    ) from error
             if self._stop_requested:
                 self._stop_all()
                 return
@@ -271,6 +273,13 @@ def local_scala_version() -> str | None:
         if found:
             return found[1]
     return None
+
+
+def _headline(error: Exception, limit: int = 1000) -> str:
+    """The first line of Spark's message, without the query plan that follows."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    headline = lines[0] if lines else type(error).__name__
+    return headline if len(headline) <= limit else headline[:limit] + "..."
 
 
 def _streaming_datasets(
