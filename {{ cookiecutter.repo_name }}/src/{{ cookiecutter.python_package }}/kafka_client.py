@@ -1,10 +1,11 @@
-"""Streams taxi trips into a Kafka topic as JSON messages, like a real producer.
+"""Kafka from the command line: produce taxi trips, watch a topic.
 
-    python -m {{ cookiecutter.python_package }}.kafka_producer                      # the bundled trips
-    python -m {{ cookiecutter.python_package }}.kafka_producer --source green_tripdata_2021-01.parquet --rate 200
+    python -m {{ cookiecutter.python_package }}.kafka_client produce                 # the bundled trips
+    python -m {{ cookiecutter.python_package }}.kafka_client produce --source green_tripdata_2021-01.parquet --rate 200
+    python -m {{ cookiecutter.python_package }}.kafka_client watch                   # the summary topic
 
-Each message's key is the trip's PULocationID, its value the trip as a JSON
-object. The topic is created with ``--partitions`` partitions if missing.
+``produce`` sends each trip as a JSON object, keyed by its PULocationID, and
+creates the topic with ``--partitions`` partitions if missing.
 Connection settings come from ``conf/kafka/globals.yml`` unless given; SASL
 settings from the environment (``KAFKA_SECURITY_PROTOCOL``,
 ``KAFKA_SASL_MECHANISM``, ``KAFKA_SASL_USERNAME``, ``KAFKA_SASL_PASSWORD``), so
@@ -137,21 +138,59 @@ def produce(  # noqa: PLR0913
     return acknowledged
 
 
+def watch(bootstrap_servers: str, topic: str, idle_seconds: float, **security) -> int:
+    """Prints every message of ``topic`` from the start; returns how many.
+
+    Stops after ``idle_seconds`` without a new message (0: never).
+    """
+    from kafka import KafkaConsumer  # noqa: PLC0415
+
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=int(idle_seconds * 1000) if idle_seconds > 0 else float("inf"),
+        **security,
+    )
+    seen = 0
+    try:
+        for message in consumer:
+            key = message.key.decode() if message.key else ""
+            sys.stdout.write(f"{key}\t{message.value.decode(errors='replace')}\n")
+            sys.stdout.flush()
+            seen += 1
+    finally:
+        consumer.close()
+    return seen
+
+
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     defaults = yaml.safe_load(GLOBALS.read_text())["kafka"] if GLOBALS.exists() else {}
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap-servers", default=defaults.get("bootstrap_servers", "localhost:9092"))
-    parser.add_argument("--topic", default=defaults.get("trips_topic", "taxi-trips"))
-    parser.add_argument("--source", type=Path, help="a TLC .csv or .parquet file (default: the bundled trips)")
-    parser.add_argument("--files", type=int, default=8, help="bundled example files to send (default 8)")
-    parser.add_argument("--rate", type=float, default=0.0, help="messages per second (default: as fast as possible)")
-    parser.add_argument("--count", type=int, help="send at most this many messages")
-    parser.add_argument("--partitions", type=int, default=3, help="partitions of a new topic (default 3)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    produce_cmd = commands.add_parser("produce", help="send taxi trips to a topic")
+    produce_cmd.add_argument("--topic", default=defaults.get("trips_topic", "taxi-trips"))
+    produce_cmd.add_argument("--source", type=Path, help="a TLC .csv or .parquet file (default: the bundled trips)")
+    produce_cmd.add_argument("--files", type=int, default=8, help="bundled example files to send (default 8)")
+    produce_cmd.add_argument("--rate", type=float, default=0.0, help="messages per second (default: as fast as possible)")
+    produce_cmd.add_argument("--count", type=int, help="send at most this many messages")
+    produce_cmd.add_argument("--partitions", type=int, default=3, help="partitions of a new topic (default 3)")
+
+    watch_cmd = commands.add_parser("watch", help="print a topic's messages")
+    watch_cmd.add_argument("--topic", default=defaults.get("summary_topic", "taxi-hourly-borough-summary"))
+    watch_cmd.add_argument("--idle-seconds", type=float, default=0.0, help="stop after this long without messages")
     args = parser.parse_args(argv)
 
-    messages = file_messages(args.source) if args.source else bundled_messages(args.files)
     started = time.monotonic()
+    if args.command == "watch":
+        seen = watch(args.bootstrap_servers, args.topic, args.idle_seconds, **security_settings())
+        logger.info("%d messages on %s", seen, args.topic)
+        return
+    messages = file_messages(args.source) if args.source else bundled_messages(args.files)
     sent = produce(
         messages, args.bootstrap_servers, args.topic, args.rate, args.count,
         args.partitions, **security_settings(),
