@@ -32,22 +32,34 @@ def test_run_trigger_switch():
         run_trigger({"trigger": "sometimes"})
 
 
-def test_sinks_need_their_own_checkpoint_before_anything_starts():
+def test_bad_streaming_configuration_fails_before_anything_starts(tmp_path):
     catalog = DataCatalog.from_config(
         {
+            "json_without_schema": {"type": DATASET, "filepath": str(tmp_path), "file_format": "json"},
+            "kafka_without_topic": {"type": DATASET, "file_format": "kafka",
+                                    "load_args": {"kafka.bootstrap.servers": "localhost:9092"}},
             "a": {"type": DATASET, "filepath": "a", "file_format": "parquet",
                   "save_args": {"checkpoint": "data/checkpoints/shared"}},
             "b": {"type": DATASET, "filepath": "b", "file_format": "parquet",
                   "save_args": {"checkpoint": "data/checkpoints/shared"}},
             "c": {"type": DATASET, "filepath": "c", "file_format": "parquet"},
+            "to_kafka": {"type": DATASET, "file_format": "kafka",
+                         "save_args": {"checkpoint": "data/checkpoints/to_kafka"}},
         }
     )
-    two_sinks = pipeline([node(lambda x: (x, x, x), "raw", ["a", "b", "c"])])
+    nodes = pipeline(
+        [node(lambda x, y: (x, x, x, y), ["json_without_schema", "kafka_without_topic"],
+              ["a", "b", "c", "to_kafka"])]
+    )
     hooks = StreamingQueryHooks()
     hooks.after_context_created(type("Context", (), {"params": {}})())
 
     with pytest.raises(StreamingConfigError) as error:
-        hooks.before_pipeline_run({}, two_sinks, catalog)
+        hooks.before_pipeline_run({}, nodes, catalog)
     message = str(error.value)
     assert "a, b share the checkpoint 'data/checkpoints/shared'" in message
     assert "'c' has no checkpoint" in message
+    assert "'json_without_schema' reads json files from" in message
+    assert "'kafka_without_topic' reads Kafka without a topic" in message
+    assert "'to_kafka' reads or writes Kafka without bootstrap servers" in message
+    assert "'to_kafka' writes to Kafka without a topic" in message

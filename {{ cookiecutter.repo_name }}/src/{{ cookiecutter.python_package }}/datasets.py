@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import importlib
 from copy import deepcopy
+from pathlib import Path
 from typing import Any
 
 from kedro.io.core import DatasetError
 from kedro_datasets.spark import SparkStreamingDataset as _BaseStreamingDataset
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.utils import AnalysisException
 
 OUTPUT_MODES = ("append", "complete", "update")
+# Formats whose schema is fixed or carried by the data itself.
+SCHEMA_FREE_FORMATS = ("kafka", "rate", "text", "socket", "delta")
+_NO_BOOTSTRAP = (
+    "reads or writes Kafka without bootstrap servers: add "
+    "`kafka.bootstrap.servers: host:9092` to its ARGS"
+)
+# Every sink counts the rows it writes under this name, in the query's progress.
+ROWS_WRITTEN_METRIC = "rows_written"
 TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous")
 # Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
 _SECRET_MARKERS = ("jaas", "password", "secret", "token", "key.password")
@@ -43,7 +53,7 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         ```
     """
 
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         *,
         filepath: str = "",
@@ -126,7 +136,59 @@ class SparkStreamingDataset(_BaseStreamingDataset):
             )
         if not self._file_format and not self._foreach_batch:
             problems.append("has no file_format: set e.g. `file_format: parquet`")
+        if self._file_format == "kafka":
+            options = {**self._writer_options, **self.kafka_options}
+            if not options.get("kafka.bootstrap.servers"):
+                problems.append(_NO_BOOTSTRAP.replace("ARGS", "save_args"))
+            if not options.get("topic"):
+                problems.append("writes to Kafka without a topic: add `save_args: {topic: ...}`")
         return problems
+
+    def source_problems(self) -> list[str]:
+        """Says what keeps this dataset from being read, before any query starts.
+
+        Only for sources that no query of the same run writes.
+        """
+        if self._file_format == "kafka":
+            options = {**self._load_args, **self.kafka_options}
+            problems = []
+            if not options.get("kafka.bootstrap.servers"):
+                problems.append(_NO_BOOTSTRAP.replace("ARGS", "load_args"))
+            if not any(options.get(key) for key in ("subscribe", "subscribePattern", "assign")):
+                problems.append(
+                    "reads Kafka without a topic: add `load_args: {subscribe: <topic>}`"
+                )
+            return problems
+        if self._schema is None and self._file_format not in SCHEMA_FREE_FORMATS:
+            if not self._path or not _is_local_file_sink(self._path):
+                return [
+                    f"reads {self._file_format} files from '{self._path}' without a "
+                    "schema: add `load_args: {schema: {filepath: <Spark JSON schema>}}` "
+                    "(or a DDL string). If the folder is a streaming sink, run the "
+                    "pipeline that writes it first (e.g. `kedro run --pipeline ingest`)"
+                ]
+        return []
+
+    @property
+    def kafka_options(self) -> dict[str, str]:
+        """Spark Kafka options from the credentials, secrets included.
+
+        Credentials are either Spark options (``kafka.sasl.jaas.config``...) or
+        ``security_protocol``, ``sasl_mechanism``, ``username`` and ``password``.
+        """
+        options = {k: str(v) for k, v in self._credentials.items() if k.startswith("kafka.")}
+        creds = self._credentials
+        if creds.get("security_protocol"):
+            options["kafka.security.protocol"] = creds["security_protocol"]
+        if creds.get("username"):
+            mechanism = creds.get("sasl_mechanism", "PLAIN")
+            module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
+            options["kafka.sasl.mechanism"] = mechanism
+            options["kafka.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.{module} required "
+                f'username="{creds["username"]}" password="{creds.get("password", "")}";'
+            )
+        return options
 
     def _describe(self) -> dict[str, Any]:
         return {
@@ -142,7 +204,7 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         reader = (
             SparkSession.builder.getOrCreate()
             .readStream.format(self._file_format)
-            .options(**self._load_args, **self._credentials)
+            .options(**self._load_args, **self.kafka_options)
         )
         if self._schema is not None:
             reader = reader.schema(self._schema)
@@ -170,10 +232,12 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         if problems:
             raise DatasetError(f"Streaming sink {problems[0]}.")
 
+        # File sinks do not report how many rows they write; this does, for all.
+        data = data.observe(ROWS_WRITTEN_METRIC, F.count(F.lit(1)).alias("rows"))
         writer = (
             data.writeStream.outputMode(self._output_mode)
             .option("checkpointLocation", self._checkpoint)
-            .options(**self._writer_options, **self._credentials)
+            .options(**self._writer_options, **self.kafka_options)
         )
         if self._file_format:
             writer = writer.format(self._file_format)
@@ -198,6 +262,16 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         except DatasetError:
             return False
         return True
+
+
+def _is_local_file_sink(path: str) -> bool:
+    """Whether ``path`` is a local folder written by a streaming file sink.
+
+    Remote folders (s3a://, abfss://...) are given the benefit of the doubt.
+    """
+    if "://" in path and not path.startswith("file://"):
+        return True
+    return (Path(path.removeprefix("file://")) / "_spark_metadata").is_dir()
 
 
 def _redact(options: dict[str, Any]) -> dict[str, Any]:

@@ -24,9 +24,9 @@ from kedro.framework.hooks import hook_impl
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from .datasets import SparkStreamingDataset
+from .datasets import ROWS_WRITTEN_METRIC, SparkStreamingDataset
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,56 @@ class StreamingConfigError(ValueError):
 
 class StreamingQueryFailed(RuntimeError):
     """A streaming query of the run stopped with an error."""
+
+
+class ProgressLog(StreamingQueryListener):
+    """Logs one line per micro-batch of every query, and keeps running totals.
+
+    Only totals are kept, never per-batch history, so a long run does not
+    grow the driver's memory.
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[str, Counter] = {}
+        self.last_batch: dict[str, int] = {}
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = event.progress
+        name = progress.name or str(progress.id)
+        states = progress.stateOperators or []
+        written = progress.observedMetrics.get(ROWS_WRITTEN_METRIC)
+        batch = {
+            "batches": 1,
+            "input_rows": progress.numInputRows,
+            "rows_written": written["rows"] if written is not None else 0,
+            "state_rows": sum(state.numRowsTotal for state in states),
+            "dropped_by_watermark": sum(state.numRowsDroppedByWatermark for state in states),
+        }
+        logger.info(
+            "Query %s batch %d: %d rows in, %d written, %.1f rows/s, %d ms, "
+            "watermark %s, %d state rows, %d dropped by watermark",
+            name,
+            progress.batchId,
+            batch["input_rows"],
+            batch["rows_written"],
+            progress.processedRowsPerSecond or 0.0,
+            progress.batchDuration,
+            progress.eventTime.get("watermark", "none"),
+            batch["state_rows"],
+            batch["dropped_by_watermark"],
+        )
+        batch.pop("state_rows")
+        self.totals.setdefault(name, Counter()).update(batch)
+        self.last_batch[name] = progress.batchId
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
 
 
 class SparkHooks:
@@ -76,6 +126,7 @@ class StreamingQueryHooks:
         self._queries: dict[str, StreamingQuery] = {}
         self._stop_requested = False
         self._previous_handlers: dict[int, Any] = {}
+        self._progress: ProgressLog | None = None
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
@@ -94,12 +145,18 @@ class StreamingQueryHooks:
         self._queries = {}
         self._stop_requested = False
         sinks = _streaming_datasets(catalog, pipeline.all_outputs())
+        sources = _streaming_datasets(catalog, pipeline.inputs())
         trigger = run_trigger(self._params)
 
         problems = [
             f"'{name}' {problem}"
             for name, dataset in sinks.items()
             for problem in dataset.sink_problems()
+        ]
+        problems += [
+            f"'{name}' {problem}"
+            for name, dataset in sources.items()
+            for problem in dataset.source_problems()
         ]
         shared = Counter(dataset.checkpoint for dataset in sinks.values())
         problems += [
@@ -120,6 +177,9 @@ class StreamingQueryHooks:
                 dataset.trigger = trigger or {
                     "processingTime": str(self._params.get("trigger_interval", "10 seconds"))
                 }
+        if sinks:
+            self._progress = ProgressLog()
+            SparkSession.builder.getOrCreate().streams.addListener(self._progress)
         self._install_signal_handlers()
 
     @hook_impl
@@ -159,20 +219,39 @@ class StreamingQueryHooks:
                     ", ".join(self._queries),
                 )
             self._wait(lambda: not any(q.isActive for q in self._queries.values()))
+            self._log_totals()
         finally:
-            self._restore_signal_handlers()
-        for name, query in self._queries.items():
-            progress = query.lastProgress
-            logger.info(
-                "Streaming query '%s' ended after batch %s.",
-                name,
-                progress["batchId"] if progress else "none",
-            )
+            self._finish()
 
     @hook_impl
     def on_pipeline_error(self, error: Exception, run_params: dict[str, Any]) -> None:
         self._stop_all()
+        self._finish()
+
+    def _log_totals(self) -> None:
+        """One line per query, once the listener has seen its last batch."""
+        if self._progress is None:
+            return
+        progress, deadline = self._progress, time.monotonic() + 5
+        for name, query in self._queries.items():
+            last = (query.lastProgress or {}).get("batchId", -1)
+            while progress.last_batch.get(name, -1) < last and time.monotonic() < deadline:
+                time.sleep(0.1)
+            totals = progress.totals.get(name, Counter())
+            logger.info(
+                "Query %s ended: %d batches, %d rows in, %d written, %d dropped by watermark.",
+                name,
+                totals["batches"],
+                totals["input_rows"],
+                totals["rows_written"],
+                totals["dropped_by_watermark"],
+            )
+
+    def _finish(self) -> None:
         self._restore_signal_handlers()
+        if self._progress is not None:
+            SparkSession.builder.getOrCreate().streams.removeListener(self._progress)
+            self._progress = None
 
     def _wait(self, done) -> None:
         """Polls until ``done()``, a stop request or a failed query."""

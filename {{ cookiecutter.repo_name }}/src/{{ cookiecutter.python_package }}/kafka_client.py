@@ -90,10 +90,11 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, **security
         admin.close()
 
 
-def produce(  # noqa: PLR0913
+def produce(
     messages: Iterator[str],
     bootstrap_servers: str,
     topic: str,
+    *,
     rate: float = 0.0,
     count: int | None = None,
     partitions: int = 3,
@@ -192,8 +193,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     messages = file_messages(args.source) if args.source else bundled_messages(args.files)
     sent = produce(
-        messages, args.bootstrap_servers, args.topic, args.rate, args.count,
-        args.partitions, **security_settings(),
+        messages,
+        args.bootstrap_servers,
+        args.topic,
+        rate=args.rate,
+        count=args.count,
+        partitions=args.partitions,
+        **security_settings(),
     )
     sys.stdout.write(
         f"Sent {sent} messages to {args.topic} at {args.bootstrap_servers} "
