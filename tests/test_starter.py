@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -215,3 +216,34 @@ bronze_trips:
     assert "Streaming query 'bronze_trips' failed" in output
     assert "no-such-codec" in output
     assert "Stopping streaming query 'quarantined_trips'" in output
+
+
+def run_until_then_kill(bin_dir: Path, project: Path, marker: str, log_path: Path) -> None:
+    """Starts a bounded `kedro run`, SIGKILLs its process group once ``marker`` is logged."""
+    with log_path.open("w") as log:
+        process = subprocess.Popen([bin_dir / "kedro", "run", *BOUNDED], cwd=project,
+                                   env=quiet_env(), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while marker not in log_path.read_text():
+                assert process.poll() is None, f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
+                assert time.monotonic() < deadline, f"never logged {marker!r}"
+                time.sleep(0.2)
+        finally:
+            # The whole group, JVM included: as close to a crash as it gets.
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
+
+
+def test_sigkill_mid_stream_then_rerun_loses_and_duplicates_nothing(fresh_project, project_bin):
+    kill_points = [
+        "Started streaming query 'quarantined_trips'",  # during the first batch
+        "Query bronze_trips batch 3:",                   # between ingest batches
+        "Query hourly_borough_summary batch 4:",         # during a later aggregate batch
+    ]
+    for number, marker in enumerate(kill_points):
+        run_until_then_kill(project_bin, fresh_project, marker, fresh_project / f"killed-{number}.log")
+
+    kedro_run(project_bin, fresh_project)
+    assert_matches_reference(fresh_project, example_reference(fresh_project))

@@ -170,6 +170,26 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         return []
 
     @property
+    def kafka_bootstrap_servers(self) -> str:
+        """The Kafka bootstrap servers this source or sink talks to."""
+        options = {**self._load_args, **self._writer_options, **self.kafka_options}
+        return str(options.get("kafka.bootstrap.servers", ""))
+
+    @property
+    def kafka_python_security(self) -> dict[str, str]:
+        """The credentials as kafka-python settings, for checks before a run."""
+        creds = self._credentials
+        settings = {}
+        protocol = creds.get("security_protocol") or creds.get("kafka.security.protocol")
+        if protocol:
+            settings["security_protocol"] = protocol
+        if creds.get("username"):
+            settings["sasl_mechanism"] = creds.get("sasl_mechanism", "PLAIN")
+            settings["sasl_plain_username"] = creds["username"]
+            settings["sasl_plain_password"] = creds.get("password", "")
+        return settings
+
+    @property
     def kafka_options(self) -> dict[str, str]:
         """Spark Kafka options from the credentials, secrets included.
 

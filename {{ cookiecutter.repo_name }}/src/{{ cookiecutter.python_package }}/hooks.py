@@ -170,6 +170,10 @@ class StreamingQueryHooks:
                 "Streaming configuration in conf/ cannot work:\n  - "
                 + "\n  - ".join(problems)
             )
+        timeout = float(self._params.get("kafka_connect_timeout", 30))
+        for name, dataset in {**sources, **sinks}.items():
+            if dataset.file_format == "kafka":
+                check_kafka_reachable(name, dataset, timeout)
 
         for name, dataset in sinks.items():
             dataset.query_name = dataset.query_name or name
@@ -342,6 +346,37 @@ def check_kafka_connector(
                 f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{spark_version}, "
                 "or install the pyspark version the connector was built for."
             )
+
+
+def check_kafka_reachable(name: str, dataset: SparkStreamingDataset, timeout: float) -> None:
+    """Fails within ``timeout`` seconds unless the dataset's brokers answer.
+
+    Spark would otherwise retry an unreachable broker for a long time, or a
+    wrong password forever, inside a running query.
+    """
+    from kafka import KafkaConsumer  # noqa: PLC0415 - only Kafka runs need it
+    from kafka.errors import KafkaError  # noqa: PLC0415
+
+    servers = dataset.kafka_bootstrap_servers
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=servers.split(","),
+            request_timeout_ms=int(timeout * 1000) + 1,
+            api_version_auto_timeout_ms=int(timeout * 1000),
+            connections_max_idle_ms=int(timeout * 1000) + 2,
+            **dataset.kafka_python_security,
+        )
+        try:
+            consumer.topics()
+        finally:
+            consumer.close()
+    except (KafkaError, OSError, ValueError) as exc:
+        raise StreamingConfigError(
+            f"'{name}': the Kafka broker at {servers} did not answer within "
+            f"{timeout:g} s ({type(exc).__name__}: {exc}). Check that it runs and "
+            "that kafka.bootstrap_servers in conf/kafka/globals.yml (and the "
+            "credentials in conf/local/credentials.yml) are right."
+        ) from None
 
 
 def local_scala_version() -> str | None:
