@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -23,7 +24,28 @@ def kedro_run(bin_dir: Path, project: Path, *args: str) -> subprocess.CompletedP
 
 
 def read_parquet(project: Path, relative: str) -> pd.DataFrame:
-    return pd.read_parquet(project / "data" / relative)
+    """Reads a Spark file sink as Spark does: only the files its log commits.
+
+    After a crash the folder can hold files of a batch that never committed;
+    the `_spark_metadata` log is what says which files belong to the table.
+    """
+    return pd.concat(pd.read_parquet(path) for path in committed_files(project / "data" / relative))
+
+
+def committed_files(folder: Path) -> list[Path]:
+    log = folder / "_spark_metadata"
+    batches = sorted(
+        (entry for entry in log.iterdir() if entry.name[0].isdigit()),
+        key=lambda entry: int(entry.name.split(".")[0]),
+    )
+    compacts = [i for i, entry in enumerate(batches) if entry.name.endswith(".compact")]
+    files: set[str] = set()
+    for entry in batches[compacts[-1] if compacts else 0:]:
+        for line in entry.read_text().splitlines()[1:]:  # the first line is the version
+            record = json.loads(line)
+            (files.add if record["action"] == "add" else files.discard)(record["path"])
+    assert files, f"{folder} has no committed files"
+    return sorted(Path(path.removeprefix("file://")) for path in files)
 
 
 def assert_matches_reference(project: Path, expected) -> None:

@@ -361,9 +361,7 @@ def check_kafka_reachable(name: str, dataset: SparkStreamingDataset, timeout: fl
     try:
         consumer = KafkaConsumer(
             bootstrap_servers=servers.split(","),
-            request_timeout_ms=int(timeout * 1000) + 1,
-            api_version_auto_timeout_ms=int(timeout * 1000),
-            connections_max_idle_ms=int(timeout * 1000) + 2,
+            bootstrap_timeout_ms=int(timeout * 1000),
             **dataset.kafka_python_security,
         )
         try:
