@@ -23,13 +23,13 @@ def kedro_run(bin_dir: Path, project: Path, *args: str) -> subprocess.CompletedP
     return run([bin_dir / "kedro", "run", *args, *BOUNDED], cwd=project, timeout=600)
 
 
-def read_parquet(project: Path, relative: str) -> pd.DataFrame:
+def read_parquet(tables: Path, relative: str) -> pd.DataFrame:
     """Reads a Spark file sink as Spark does: only the files its log commits.
 
     After a crash the folder can hold files of a batch that never committed;
     the `_spark_metadata` log is what says which files belong to the table.
     """
-    return pd.concat(pd.read_parquet(path) for path in committed_files(project / "data" / relative))
+    return pd.concat(pd.read_parquet(path) for path in committed_files(tables / relative))
 
 
 def committed_files(folder: Path) -> list[Path]:
@@ -48,11 +48,12 @@ def committed_files(folder: Path) -> list[Path]:
     return sorted(Path(path.removeprefix("file://")) for path in files)
 
 
-def assert_matches_reference(project: Path, expected) -> None:
+def assert_matches_reference(project: Path, expected, output_root: str = "data") -> None:
     """Compares every output of a run with the independent computation."""
-    bronze = read_parquet(project, "02_intermediate/bronze_trips")
-    quarantined = read_parquet(project, "02_intermediate/quarantined_trips")
-    summary = read_parquet(project, "08_reporting/hourly_borough_summary")
+    tables = project / output_root
+    bronze = read_parquet(tables, "02_intermediate/bronze_trips")
+    quarantined = read_parquet(tables, "02_intermediate/quarantined_trips")
+    summary = read_parquet(tables, "08_reporting/hourly_borough_summary")
 
     # Bronze: exactly the valid trips, field by field.
     keys = list(expected.bronze[0])

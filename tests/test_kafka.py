@@ -1,0 +1,226 @@
+"""The Kafka path against a real Apache Kafka broker (KRaft), started by the
+generated project's own `kafka_local` module: no mocks anywhere."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import PACKAGE, quiet_env, run
+from kafka import KafkaConsumer, KafkaProducer
+from reference import expected_outputs, json_landing_batches, zone_boroughs
+from test_starter import assert_matches_reference, committed_files, kedro_run, read_parquet
+
+CHUNK = 60  # maxOffsetsPerTrigger, so that Kafka and file runs cut the same batches
+
+
+@pytest.fixture(scope="module")
+def kafka_local(generated_project):
+    sys.path.insert(0, str(generated_project / "src"))
+    try:
+        yield importlib.import_module(f"{PACKAGE}.kafka_local")
+    finally:
+        sys.path.remove(str(generated_project / "src"))
+
+
+@pytest.fixture(scope="module")
+def broker(kafka_local):
+    """One real broker for the module; always stopped, its log shown on failure."""
+    started = time.monotonic()
+    instance = kafka_local.LocalKafka()
+    try:
+        instance.start(timeout=180)
+        print(f"broker ready in {time.monotonic() - started:.1f} s")  # noqa: T201
+        yield instance
+    finally:
+        instance.stop()
+
+
+@pytest.fixture
+def broker_log_on_failure(broker, request):
+    failed = request.session.testsfailed
+    yield broker
+    if request.session.testsfailed > failed:
+        print(f"\n--- broker log ({broker.log_path}) ---\n{broker.log_tail(80)}")  # noqa: T201
+
+
+def point_at_broker(project: Path, servers: str, chunk: int = CHUNK) -> tuple[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    trips, summary = f"trips-{suffix}", f"summary-{suffix}"
+    (project / "conf/kafka/globals.yml").write_text(
+        f"output_root: data/kafka\nkafka:\n  bootstrap_servers: {servers}\n"
+        f"  trips_topic: {trips}\n  summary_topic: {summary}\n"
+        f"  max_offsets_per_trigger: {chunk}\n"
+    )
+    return trips, summary
+
+
+def produce(bin_dir: Path, project: Path, *args: str) -> str:
+    return run([bin_dir / "python", "-m", f"{PACKAGE}.kafka_client", "produce", *args], cwd=project).stdout
+
+
+def bundled_lines(project: Path) -> list[str]:
+    landing = sorted((project / "data/01_raw/trips_landing").glob("*.json"))
+    return [line for path in landing for line in path.read_text().splitlines() if line.strip()]
+
+
+def consume_all(servers: str, topic: str, expected: int, timeout: float = 60) -> list:
+    consumer = KafkaConsumer(topic, bootstrap_servers=servers, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=5000)
+    records, deadline = [], time.monotonic() + timeout
+    try:
+        while len(records) < expected and time.monotonic() < deadline:
+            records += list(consumer)
+    finally:
+        consumer.close()
+    return records
+
+
+def test_kafka_bounded_run_equals_file_run(generated_project, project_bin, broker_log_on_failure, tmp_path):
+    """The same trips through Kafka and through files, cut into the same micro-batches."""
+    servers = broker_log_on_failure.bootstrap_servers
+    kafka_project = tmp_path / "kafka"
+    file_project = tmp_path / "files"
+    for copy in (kafka_project, file_project):
+        run(["cp", "-a", str(generated_project), str(copy)], cwd=tmp_path)
+    lines = bundled_lines(kafka_project)
+
+    trips, summary_topic = point_at_broker(kafka_project, servers)
+    report = produce(project_bin, kafka_project, "--partitions", "1", "--topic", trips)
+    assert f"Sent {len(lines)} messages" in report
+    kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipeline", "ingest")
+    kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipeline", "aggregate")
+
+    # The file run gets the same messages as files of CHUNK lines each.
+    landing = file_project / "data/01_raw/trips_landing"
+    for path in landing.glob("*.json"):
+        path.unlink()
+    for number, start in enumerate(range(0, len(lines), CHUNK)):
+        path = landing / f"chunk-{number:03d}.json"
+        path.write_text("\n".join(lines[start:start + CHUNK]) + "\n")
+        os.utime(path, (1_700_000_000 + number, 1_700_000_000 + number))
+    kedro_run(project_bin, file_project)
+
+    expected = expected_outputs(
+        json_landing_batches(landing),
+        zone_boroughs(file_project / "data/01_raw/taxi_zone_lookup.csv"),
+    )
+    assert expected.late_trips > 0
+    assert_matches_reference(file_project, expected)
+    assert_matches_reference(kafka_project, expected, output_root="data/kafka")
+
+    # Every bronze row traces back to its message.
+    bronze = read_parquet(kafka_project / "data/kafka", "02_intermediate/bronze_trips")
+    assert set(bronze.kafka_topic) == {trips}
+    assert set(bronze.kafka_partition) == {0}
+    assert bronze.kafka_offset.is_unique and bronze.kafka_timestamp.notna().all()
+
+    # The summary topic holds the summary rows, as JSON.
+    summary = read_parquet(kafka_project / "data/kafka", "08_reporting/hourly_borough_summary")
+    records = consume_all(servers, summary_topic, expected=len(summary))
+    published = sorted((r.key.decode(), json.loads(r.value)["trip_count"],
+                        json.loads(r.value)["window_start"][:16]) for r in records)
+    stored = sorted((row.pickup_borough, row.trip_count, row.window_start.isoformat()[:16])
+                    for row in summary.itertuples())
+    assert published == stored
+
+
+def test_kafka_continuous_run_two_waves_sigterm_and_restart(fresh_project, project_bin, broker_log_on_failure):
+    servers = broker_log_on_failure.bootstrap_servers
+    trips, _ = point_at_broker(fresh_project, servers, chunk=10_000)
+    lines = bundled_lines(fresh_project)
+    first_wave = sum(1 for p in sorted((fresh_project / "data/01_raw/trips_landing").glob("*.json"))[:4]
+                     for line in p.read_text().splitlines() if line.strip())
+    expected_all = expected_outputs(
+        json_landing_batches(fresh_project / "data/01_raw/trips_landing"),
+        zone_boroughs(fresh_project / "data/01_raw/taxi_zone_lookup.csv"),
+    )
+    expected_first = expected_outputs(
+        json_landing_batches(fresh_project / "data/01_raw/trips_landing")[:4],
+        zone_boroughs(fresh_project / "data/01_raw/taxi_zone_lookup.csv"),
+    )
+    bronze_dir = fresh_project / "data/kafka/02_intermediate/bronze_trips"
+
+    def bronze_rows() -> int:
+        if not (bronze_dir / "_spark_metadata").is_dir() or not any(
+            p.name[0].isdigit() for p in (bronze_dir / "_spark_metadata").iterdir()
+        ):
+            return 0
+        return sum(len(pd.read_parquet(path)) for path in committed_files(bronze_dir))
+
+    def run_continuously(until, log_name: str) -> None:
+        log_path = fresh_project / log_name
+        with log_path.open("w") as log:
+            process = subprocess.Popen(
+                [project_bin / "kedro", "run", "--env", "kafka", "--params", "trigger_interval=1 second"],
+                cwd=fresh_project, env=quiet_env(), stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+            try:
+                until(process, log_path)
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(timeout=120) == 0, log_path.read_text()[-5000:]
+            finally:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+
+    def wait_for(condition, process, log_path, what: str, seconds: float = 180) -> None:
+        deadline = time.monotonic() + seconds
+        while not condition():
+            assert process.poll() is None, log_path.read_text()[-5000:]
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(1)
+
+    def two_waves(process, log_path):
+        # Wave 1 through the project's producer command, wave 2 with kafka-python.
+        produce(project_bin, fresh_project, "--topic", trips, "--count", str(first_wave))
+        wait_for(lambda: bronze_rows() == len(expected_first.bronze), process, log_path, "wave 1")
+        producer = KafkaProducer(bootstrap_servers=servers, acks="all")
+        try:
+            for line in lines[first_wave:]:
+                producer.send(trips, value=line.encode())
+            producer.flush()
+        finally:
+            producer.close()
+        wait_for(lambda: bronze_rows() == len(expected_all.bronze), process, log_path, "wave 2")
+
+    run_continuously(two_waves, "continuous-1.log")
+    count = bronze_rows()
+
+    def a_few_idle_batches(process, log_path):
+        wait_for(lambda: "Streaming queries running" in log_path.read_text(), process, log_path, "start")
+        time.sleep(8)
+
+    run_continuously(a_few_idle_batches, "continuous-2.log")
+    assert bronze_rows() == count, "a restart must not reprocess committed offsets"
+
+
+def test_kafka_local_cli_start_status_stop(fresh_project, project_bin, kafka_local):
+    """The documented commands: start returns once the broker answers, stop ends it."""
+    state_file = fresh_project / "data/kafka/broker.json"
+    cli = [project_bin / "python", "-m", f"{PACKAGE}.kafka_local"]
+    started = run([*cli, "start", "--port", "0", "--state-file", str(state_file)], cwd=fresh_project)
+    state = json.loads(state_file.read_text())
+    try:
+        assert started.stdout.strip() == state["bootstrap_servers"]
+        status = json.loads(run([*cli, "status", "--state-file", str(state_file)], cwd=fresh_project).stdout)
+        assert status["running"] and status["reachable"]
+        producer = KafkaProducer(bootstrap_servers=state["bootstrap_servers"])
+        try:
+            producer.send("smoke", b"hello").get(timeout=30)
+        finally:
+            producer.close()
+        run([*cli, "stop", "--state-file", str(state_file)], cwd=fresh_project)
+        assert not kafka_local._pid_alive(state["pid"])
+        assert not Path(state["data_dir"]).exists()
+    finally:
+        if kafka_local._pid_alive(state["pid"]):
+            kafka_local._terminate(state["pid"], grace=5)
