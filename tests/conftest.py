@@ -64,6 +64,10 @@ def project_bin(generated_project, tmp_path_factory) -> Path:
     bin_dir = env_dir / "bin"
     run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
          "-r", "requirements.txt"], cwd=generated_project, timeout=1500)
+    # Editable, as the README says, so `python -m <package>.<command>` works; the
+    # copies the tests run in hold the same code and read their own conf/ and data/.
+    run([bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+         "--no-deps", "-e", "."], cwd=generated_project, timeout=600)
     return bin_dir
 
 

@@ -18,7 +18,6 @@ def spark() -> SparkSession:
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.streaming.schemaInference", "true")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -220,15 +220,23 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         }
 
     def load(self) -> DataFrame:
-        """Returns a streaming DataFrame over the source."""
-        reader = (
-            SparkSession.builder.getOrCreate()
-            .readStream.format(self._file_format)
-            .options(**self._load_args, **self.kafka_options)
+        """Returns a streaming DataFrame over the source.
+
+        Without a ``schema``, a folder takes the schema of its committed files:
+        Spark's batch reader follows a file sink's ``_spark_metadata`` log,
+        whereas streaming inference would also open files of a batch still being
+        written.
+        """
+        spark = SparkSession.builder.getOrCreate()
+        reader = spark.readStream.format(self._file_format).options(
+            **self._load_args, **self.kafka_options
         )
-        if self._schema is not None:
-            reader = reader.schema(self._schema)
+        schema = self._schema
         try:
+            if schema is None and self._path:
+                schema = spark.read.format(self._file_format).load(self._path).schema
+            if schema is not None:
+                reader = reader.schema(schema)
             return reader.load(self._path) if self._path else reader.load()
         except AnalysisException as exc:
             message = str(exc)
