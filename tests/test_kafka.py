@@ -224,3 +224,20 @@ def test_kafka_local_cli_start_status_stop(fresh_project, project_bin, kafka_loc
     finally:
         if kafka_local._pid_alive(state["pid"]):
             kafka_local._terminate(state["pid"], grace=5)
+
+
+def test_wrong_connector_version_stops_the_run_before_any_stream(fresh_project, project_bin):
+    wrong = fresh_project / "conf/wrong_connector"
+    wrong.mkdir()
+    (wrong / "spark.yml").write_text(
+        "spark.jars.packages: org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1\n"
+    )
+    result = subprocess.run([project_bin / "kedro", "run", "--env", "wrong_connector"],
+                            cwd=fresh_project, env=quiet_env(), capture_output=True, text=True,
+                            timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "spark-sql-kafka-0-10_2.12:3.5.1" in output and "Scala 2.13" in output
+    assert "org.apache.spark:spark-sql-kafka-0-10_2.13:" in output
+    assert "Started streaming query" not in output
+    assert not (fresh_project / "data/checkpoints/bronze_trips").exists()
