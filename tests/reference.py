@@ -53,22 +53,32 @@ SUMMARY_COLUMNS = ["trip_count", "avg_passengers", "total_distance", "avg_distan
                    "total_fare", "avg_fare", "total_amount", "avg_amount"]
 
 
-def json_landing_batches(folder: Path) -> list[list[dict | None]]:
-    """One batch per file, in file-time order; ``None`` stands for a bad line."""
-    batches = []
-    for path in sorted(folder.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name)):
-        records = []
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            try:
-                # Keep numbers as their text, as a string-typed Spark schema does.
-                record = json.loads(line, parse_float=str, parse_int=str)
-            except json.JSONDecodeError:
-                record = None
-            records.append(_as_text(record) if isinstance(record, dict) else None)
-        batches.append(records)
-    return batches
+def json_landing_batches(folder: Path) -> list[list[dict | str]]:
+    """One batch per file, in file-time order."""
+    files = sorted(folder.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+    return [[decode(line) for line in text_lines(path.read_bytes())] for path in files]
+
+
+def text_lines(data: bytes) -> list[bytes]:
+    """Lines as Spark's text source splits them: at \\n, \\r\\n or \\r."""
+    lines = re.split(rb"\r\n|\r|\n", data)
+    return lines[:-1] if lines and lines[-1] == b"" else lines
+
+
+def decode(value: bytes | None) -> dict | str:
+    """A line or message as the text fields of its JSON record, or why it is none."""
+    if value is None or not value.strip():
+        return "empty record"
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8 text (raw_payload is base64)"
+    try:
+        # Keep numbers as their text, as a string-typed Spark schema does.
+        record = json.loads(text, parse_float=str, parse_int=str)
+    except json.JSONDecodeError:
+        return "not a valid record"
+    return _as_text(record) if isinstance(record, dict) else "not a valid record"
 
 
 def csv_batch(path: Path) -> list[dict]:
@@ -119,10 +129,10 @@ def _typed(text: str | None, kind: str):
     return number
 
 
-def check(record: dict | None, zone_ids: set[int]) -> tuple[dict | None, str | None]:
+def check(record: dict | str, zone_ids: set[int]) -> tuple[dict | None, str | None]:
     """The typed trip and ``None``, or ``None`` and the rejection reason."""
-    if record is None:
-        return None, "not a valid record"
+    if isinstance(record, str):
+        return None, record
     trip = {name: _typed(record.get(name), kind) for name, kind in KINDS.items()}
     reasons = [f"missing {n}" for n in REQUIRED if record.get(n) is None]
     reasons += [f"invalid {n}" for n in KINDS if record.get(n) is not None and trip[n] is None]
@@ -147,7 +157,7 @@ class Expected:
     summary: pd.DataFrame | None = None
 
 
-def expected_outputs(batches: list[list[dict | None]], boroughs: dict[int, str]) -> Expected:
+def expected_outputs(batches: list[list[dict | str]], boroughs: dict[int, str]) -> Expected:
     """Replays the two pipelines over micro-batches, one batch per landing file.
 
     Spark's append-mode window aggregation: a window is emitted once the

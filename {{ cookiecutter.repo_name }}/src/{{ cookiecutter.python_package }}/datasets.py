@@ -170,24 +170,17 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         return []
 
     @property
-    def kafka_bootstrap_servers(self) -> str:
-        """The Kafka bootstrap servers this source or sink talks to."""
-        options = {**self._load_args, **self._writer_options, **self.kafka_options}
-        return str(options.get("kafka.bootstrap.servers", ""))
+    def kafka_client_config(self) -> dict[str, str]:
+        """The Kafka client settings Spark derives from the ``kafka.*`` options.
 
-    @property
-    def kafka_python_security(self) -> dict[str, str]:
-        """The credentials as kafka-python settings, for checks before a run."""
-        creds = self._credentials
-        settings = {}
-        protocol = creds.get("security_protocol") or creds.get("kafka.security.protocol")
-        if protocol:
-            settings["security_protocol"] = protocol
-        if creds.get("username"):
-            settings["sasl_mechanism"] = creds.get("sasl_mechanism", "PLAIN")
-            settings["sasl_plain_username"] = creds["username"]
-            settings["sasl_plain_password"] = creds.get("password", "")
-        return settings
+        Secrets included: for connection checks, never for display.
+        """
+        options = {**self._load_args, **self._writer_options, **self.kafka_options}
+        return {
+            key.removeprefix("kafka."): str(value)
+            for key, value in options.items()
+            if key.startswith("kafka.")
+        }
 
     @property
     def kafka_options(self) -> dict[str, str]:

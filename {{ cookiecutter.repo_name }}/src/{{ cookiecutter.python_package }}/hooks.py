@@ -23,6 +23,7 @@ from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
@@ -35,6 +36,9 @@ _KAFKA_CONNECTOR = re.compile(
     r"org\.apache\.spark:spark-sql-kafka-0-10_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
 )
 _POLL_SECONDS = 0.5
+# A node reports rows it sends to quarantine by observing a metric column of
+# this name (see `DataFrame.observe`); each progress line shows it.
+QUARANTINED_FIELD = "quarantined"
 
 
 class StreamingConfigError(ValueError):
@@ -63,28 +67,34 @@ class ProgressLog(StreamingQueryListener):
         progress = event.progress
         name = progress.name or str(progress.id)
         states = progress.stateOperators or []
-        written = progress.observedMetrics.get(ROWS_WRITTEN_METRIC)
+        metrics = progress.observedMetrics
+        written = metrics.get(ROWS_WRITTEN_METRIC)
         batch = {
             "batches": 1,
             "input_rows": progress.numInputRows,
             "rows_written": written["rows"] if written is not None else 0,
-            "state_rows": sum(state.numRowsTotal for state in states),
+            # Rows a node counted as quarantined (an observed `quarantined` metric).
+            "quarantined": sum(
+                row[QUARANTINED_FIELD]
+                for row in metrics.values()
+                if QUARANTINED_FIELD in row.asDict()
+            ),
             "dropped_by_watermark": sum(state.numRowsDroppedByWatermark for state in states),
         }
         logger.info(
-            "Query %s batch %d: %d rows in, %d written, %.1f rows/s, %d ms, "
-            "watermark %s, %d state rows, %d dropped by watermark",
+            "Query %s batch %d: %d rows in, %d written, %d quarantined, %.1f rows/s, "
+            "%d ms, watermark %s, %d state rows, %d dropped by watermark",
             name,
             progress.batchId,
             batch["input_rows"],
             batch["rows_written"],
+            batch["quarantined"],
             progress.processedRowsPerSecond or 0.0,
             progress.batchDuration,
             progress.eventTime.get("watermark", "none"),
-            batch["state_rows"],
+            sum(state.numRowsTotal for state in states),
             batch["dropped_by_watermark"],
         )
-        batch.pop("state_rows")
         self.totals.setdefault(name, Counter()).update(batch)
         self.last_batch[name] = progress.batchId
 
@@ -171,9 +181,10 @@ class StreamingQueryHooks:
                 + "\n  - ".join(problems)
             )
         timeout = float(self._params.get("kafka_connect_timeout", 30))
+        spark = SparkSession.builder.getOrCreate()
         for name, dataset in {**sources, **sinks}.items():
             if dataset.file_format == "kafka":
-                check_kafka_reachable(name, dataset, timeout)
+                check_kafka_reachable(spark, name, dataset, timeout)
 
         for name, dataset in sinks.items():
             dataset.query_name = dataset.query_name or name
@@ -183,7 +194,7 @@ class StreamingQueryHooks:
                 }
         if sinks:
             self._progress = ProgressLog()
-            SparkSession.builder.getOrCreate().streams.addListener(self._progress)
+            spark.streams.addListener(self._progress)
         self._install_signal_handlers()
 
     @hook_impl
@@ -242,11 +253,13 @@ class StreamingQueryHooks:
                 time.sleep(0.1)
             totals = progress.totals.get(name, Counter())
             logger.info(
-                "Query %s ended: %d batches, %d rows in, %d written, %d dropped by watermark.",
+                "Query %s ended: %d batches, %d rows in, %d written, %d quarantined, "
+                "%d dropped by watermark.",
                 name,
                 totals["batches"],
                 totals["input_rows"],
                 totals["rows_written"],
+                totals["quarantined"],
                 totals["dropped_by_watermark"],
             )
 
@@ -347,33 +360,53 @@ def check_kafka_connector(
             )
 
 
-def check_kafka_reachable(name: str, dataset: SparkStreamingDataset, timeout: float) -> None:
-    """Fails within ``timeout`` seconds unless the dataset's brokers answer.
+def check_kafka_reachable(
+    spark: SparkSession, name: str, dataset: SparkStreamingDataset, timeout: float
+) -> None:
+    """Fails within ``timeout`` seconds unless the dataset's brokers accept it.
 
-    Spark would otherwise retry an unreachable broker for a long time, or a
-    wrong password forever, inside a running query.
+    The check connects with Spark's own Kafka client and the dataset's ``kafka.*``
+    options (credentials included), as the query would. Without it, Spark
+    retries an unreachable broker or a wrong password inside a running query
+    for a long time.
     """
-    from kafka import KafkaConsumer  # noqa: PLC0415 - only Kafka runs need it
-    from kafka.errors import KafkaError  # noqa: PLC0415
-
-    servers = dataset.kafka_bootstrap_servers
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: the brokers are the cluster's to reach.
+        return
+    config = dataset.kafka_client_config
+    servers = config.get("bootstrap.servers", "")
+    properties = jvm.java.util.Properties()
+    for key, value in config.items():
+        properties.put(key, value)
+    for key in ("request.timeout.ms", "default.api.timeout.ms"):
+        properties.put(key, str(int(timeout * 1000)))
+    seconds = jvm.java.util.concurrent.TimeUnit.SECONDS
+    admin = None
     try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=servers.split(","),
-            bootstrap_timeout_ms=int(timeout * 1000),
-            **dataset.kafka_python_security,
-        )
-        try:
-            consumer.topics()
-        finally:
-            consumer.close()
-    except (KafkaError, OSError, ValueError) as exc:
+        admin = jvm.org.apache.kafka.clients.admin.Admin.create(properties)
+        admin.describeCluster().nodes().get(int(timeout), seconds)
+    except Py4JJavaError as error:
+        cause = error.java_exception
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        kind, detail = cause.getClass().getSimpleName(), cause.getMessage()
+        if "Authentication" in kind:
+            fix = (
+                "refused the credentials: check the `kafka` entry of "
+                "conf/local/credentials.yml (or the variables it reads)"
+            )
+        else:
+            fix = (
+                f"did not answer within {timeout:g} s: check that it runs and that "
+                "kafka.bootstrap_servers in conf/<env>/globals.yml is right "
+                "(`kafka_connect_timeout` sets the wait)"
+            )
         raise StreamingConfigError(
-            f"'{name}': the Kafka broker at {servers} did not answer within "
-            f"{timeout:g} s ({type(exc).__name__}: {exc}). Check that it runs and "
-            "that kafka.bootstrap_servers in conf/kafka/globals.yml (and the "
-            "credentials in conf/local/credentials.yml) are right."
+            f"'{name}': the Kafka broker at {servers} {fix}. ({kind}: {detail})"
         ) from None
+    finally:
+        if admin is not None:
+            admin.close(jvm.java.time.Duration.ofSeconds(1))
 
 
 def local_scala_version() -> str | None:

@@ -1,9 +1,12 @@
+import base64
+import json
 from datetime import datetime
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from {{ cookiecutter.python_package }}.pipelines.ingest.nodes import (
+    REQUIRED_COLUMNS,
     SOURCE_COLUMNS,
     TRIP_COLUMNS,
     parse_trips,
@@ -70,6 +73,43 @@ def test_parse_names_every_problem_and_keeps_the_raw_record(spark):
     ]
     assert '"passenger_count":"two"' in parsed[0].raw_payload
     assert parsed[2].raw_payload == '{"VendorID": 2, "lpep_'
+
+
+def test_each_message_gives_one_row_whatever_it_holds(spark):
+    """Kafka values (bytes) and text lines take the same path: one row each."""
+    good = json.dumps(GOOD).encode()
+    values = [
+        good,
+        b"not json at all",
+        b"\xff\xfe\x00\x81garbage",
+        b"",
+        None,
+        b"[]",
+        b'{"fare_amount": "lots"}',
+        b'{"VendorID": 2, "lpep_',
+    ]
+    messages = spark.createDataFrame(
+        [(value, "trips", 0, offset, datetime(2024, 3, 1)) for offset, value in enumerate(values)],
+        "value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP",
+    )
+    rows = parse_trips(messages).orderBy("kafka_offset").collect()
+
+    missing = [f"missing {name}" for name in REQUIRED_COLUMNS if name != "fare_amount"]
+    assert [(row.problems, row.raw_payload) for row in rows] == [
+        ([], good.decode()),
+        (["not a valid record"], "not json at all"),
+        (["not UTF-8 text (raw_payload is base64)"], base64.b64encode(values[2]).decode()),
+        (["empty record"], ""),
+        (["empty record"], None),
+        (["not a valid record"], "[]"),
+        ([*missing, "invalid fare_amount"], '{"fare_amount": "lots"}'),
+        (["not a valid record"], '{"VendorID": 2, "lpep_'),
+    ]
+    assert rows[0].fare_amount == 5.5 and rows[0].lpep_dropoff_datetime == datetime(2021, 1, 1, 0, 19, 52)
+    assert [(row.kafka_topic, row.kafka_offset) for row in rows] == [("trips", n) for n in range(8)]
+
+    lines = spark.createDataFrame([(good.decode(),), ("   ",)], "value STRING")
+    assert [row.problems for row in parse_trips(lines).collect()] == [[], ["empty record"]]
 
 
 def test_split_applies_every_rule_and_loses_nothing(spark):

@@ -65,36 +65,45 @@ SOURCE_COLUMNS = (
     "kafka_timestamp",
     "ingested_at",
 )
-_KAFKA_COLUMNS = {"value", "topic", "partition", "offset", "timestamp"}
+# Kafka's metadata columns, kept on every row as its origin.
+_KAFKA_ORIGIN = {
+    "topic": "kafka_topic",
+    "partition": "kafka_partition",
+    "offset": "kafka_offset",
+    "timestamp": "kafka_timestamp",
+}
+# Observed per micro-batch; the hooks log it on each progress line.
+QUARANTINED_METRIC = "quarantined"
 
 
 def parse_trips(raw_trips: DataFrame) -> DataFrame:
     """Types the fields of raw trip records and notes what did not parse.
 
     Args:
-        raw_trips: Either one row per record, every TLC field as text (as read
-            with ``conf/base/schemas/raw_trips.json``) plus an optional
-            ``_corrupt_record`` column holding lines that were not valid
-            records; or Kafka messages (``value``, ``topic``, ``partition``,
-            ``offset``, ``timestamp``) whose values are JSON records.
+        raw_trips: Either one JSON record per row in a ``value`` column (text
+            lines of a file, or the bytes of Kafka messages with ``topic``,
+            ``partition``, ``offset`` and ``timestamp``); or one column per
+            TLC field (CSV or parquet files), with an optional
+            ``_corrupt_record`` column holding lines that were not records.
             Datetimes may be ISO-8601 strings or epoch milliseconds.
 
     Returns:
         The TLC fields with their types, ``raw_payload`` (the record as
-        received), ``problems`` (an array of reasons, empty when the record
-        parsed), and the ``SOURCE_COLUMNS``.
+        received; base64 when it was not UTF-8 text), ``problems`` (an array
+        of reasons, empty when the record parsed), and the ``SOURCE_COLUMNS``.
     """
-    if _KAFKA_COLUMNS <= set(raw_trips.columns):
-        raw_trips = _decode_kafka_messages(raw_trips)
-    corrupt = (
-        F.col(CORRUPT_RECORD) if CORRUPT_RECORD in raw_trips.columns else F.lit(None)
+    records = (
+        _decode_json_values(raw_trips)
+        if "value" in raw_trips.columns
+        else _field_columns(raw_trips)
     )
-    raw = {name: F.col(name).cast("string") for name in TRIP_COLUMNS}
+    decoded = F.col("_decode_problem").isNull()
+    raw = {name: F.col(name) for name in TRIP_COLUMNS}
     typed = {name: _typed(raw[name], kind) for name, kind in TRIP_COLUMNS.items()}
 
-    problems = [F.when(corrupt.isNotNull(), F.lit("not a valid record"))]
+    problems = [F.col("_decode_problem")]
     problems += [
-        F.when(corrupt.isNull() & raw[name].isNull(), F.lit(f"missing {name}"))
+        F.when(decoded & raw[name].isNull(), F.lit(f"missing {name}"))
         for name in REQUIRED_COLUMNS
     ]
     problems += [
@@ -103,46 +112,62 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
     ]
 
     source_file = F.input_file_name()
-    kafka = {
-        name: F.col(name) if name in raw_trips.columns else F.lit(None).cast(kind)
-        for name, kind in (
-            ("kafka_topic", "string"),
-            ("kafka_partition", "int"),
-            ("kafka_offset", "long"),
-            ("kafka_timestamp", "timestamp"),
-        )
-    }
-    return raw_trips.select(
+    return records.select(
         *[typed[name].alias(name) for name in TRIP_COLUMNS],
-        F.coalesce(
-            corrupt, F.to_json(F.struct(*[raw[name].alias(name) for name in raw]))
-        ).alias("raw_payload"),
+        "raw_payload",
         _present(problems).alias("problems"),
         F.when(source_file != "", source_file).alias("source_file"),
-        *[column.alias(name) for name, column in kafka.items()],
+        *[F.col(name) for name in _KAFKA_ORIGIN.values()],
         F.current_timestamp().alias("ingested_at"),
     )
 
 
-def _decode_kafka_messages(messages: DataFrame) -> DataFrame:
-    """Kafka messages -> the text fields of the JSON record in each value."""
+def _decode_json_values(raw: DataFrame) -> DataFrame:
+    """``value`` (a text line or message bytes) -> the JSON record's fields as text.
+
+    Every value gives exactly one row, whatever it holds: an empty or null
+    value, bytes that are not UTF-8, or text that is not a JSON object each
+    get a ``_decode_problem`` and keep their payload.
+    """
+    value = F.col("value")
+    text = value.cast("string")
     schema = ", ".join(f"`{name}` STRING" for name in [*TRIP_COLUMNS, CORRUPT_RECORD])
-    text = F.col("value").cast("string")
     record = F.from_json(
         text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD}
     )
-    # An empty or null value parses to no record at all: keep it as corrupt.
-    corrupt = F.when(record.isNull(), F.coalesce(text, F.lit(""))).otherwise(
-        record[CORRUPT_RECORD]
+    is_text = F.is_valid_utf8(text)
+    problem = (
+        # from_json gives no record at all for a blank value.
+        F.when(value.isNull() | record.isNull(), F.lit("empty record"))
+        .when(~is_text, F.lit("not UTF-8 text (raw_payload is base64)"))
+        .when(record[CORRUPT_RECORD].isNotNull(), F.lit("not a valid record"))
     )
-    return messages.select(
-        *[record[name].alias(name) for name in TRIP_COLUMNS],
-        corrupt.alias(CORRUPT_RECORD),
-        F.col("topic").alias("kafka_topic"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
-        F.col("timestamp").alias("kafka_timestamp"),
+    return raw.select(
+        *[F.when(problem.isNull(), record[name]).alias(name) for name in TRIP_COLUMNS],
+        F.when(is_text, text).otherwise(F.base64(value.cast("binary"))).alias("raw_payload"),
+        problem.alias("_decode_problem"),
+        *_origin_columns(raw),
     )
+
+
+def _field_columns(raw: DataFrame) -> DataFrame:
+    """One column per TLC field (CSV, parquet) -> the fields as text."""
+    corrupt = F.col(CORRUPT_RECORD) if CORRUPT_RECORD in raw.columns else F.lit(None)
+    fields = [F.col(name).cast("string").alias(name) for name in TRIP_COLUMNS]
+    return raw.select(
+        *fields,
+        F.coalesce(corrupt, F.to_json(F.struct(*fields))).alias("raw_payload"),
+        F.when(corrupt.isNotNull(), F.lit("not a valid record")).alias("_decode_problem"),
+        *_origin_columns(raw),
+    )
+
+
+def _origin_columns(raw: DataFrame) -> list[Column]:
+    kinds = {"topic": "string", "partition": "int", "offset": "long", "timestamp": "timestamp"}
+    return [
+        (F.col(column) if column in raw.columns else F.lit(None).cast(kinds[column])).alias(name)
+        for column, name in _KAFKA_ORIGIN.items()
+    ]
 
 
 def split_valid_trips(
@@ -212,6 +237,9 @@ def split_valid_trips(
     reasons = F.concat(F.col("problems"), _present(rules))
     checked = checked.withColumn(
         "rejection_reason", F.when(F.size(reasons) > 0, F.concat_ws("; ", reasons))
+    ).observe(
+        QUARANTINED_METRIC,
+        F.count(F.col("rejection_reason")).alias(QUARANTINED_METRIC),
     )
 
     bronze_trips = checked.filter(F.col("rejection_reason").isNull()).select(
