@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
 import sys
 import time
+import uuid
 import venv
 from pathlib import Path
 
@@ -18,6 +20,8 @@ SHARED_DATA = Path(
 )
 PROJECT_NAME = "Taxi Rides"
 PACKAGE = "taxi_rides"
+# The SASL/PLAIN user of the test broker; tests check the password is never printed.
+SASL_USER, SASL_PASSWORD = "taxi-app", f"pw-{uuid.uuid4().hex}"
 
 
 def quiet_env(**extra: str) -> dict[str, str]:
@@ -77,3 +81,39 @@ def fresh_project(generated_project, tmp_path) -> Path:
     copy = tmp_path / generated_project.name
     shutil.copytree(generated_project, copy)  # keeps file times, so file order
     return copy
+
+
+@pytest.fixture(scope="session")
+def project_module(generated_project):
+    """Imports a module of the generated project's package, e.g. ``kafka_local``."""
+    sys.path.insert(0, str(generated_project / "src"))
+    try:
+        yield lambda name: importlib.import_module(f"{PACKAGE}.{name}")
+    finally:
+        sys.path.remove(str(generated_project / "src"))
+
+
+@pytest.fixture(scope="session")
+def kafka_local(project_module):
+    return project_module("kafka_local")
+
+
+@pytest.fixture(scope="session")
+def broker(kafka_local):
+    """One real broker for the session, with a PLAINTEXT and a SASL_PLAINTEXT listener."""
+    started = time.monotonic()
+    instance = kafka_local.LocalKafka(sasl_users={SASL_USER: SASL_PASSWORD})
+    try:
+        instance.start(timeout=180)
+        print(f"broker ready in {time.monotonic() - started:.1f} s")  # noqa: T201
+        yield instance
+    finally:
+        instance.stop()
+
+
+@pytest.fixture
+def broker_log_on_failure(broker, request):
+    failed = request.session.testsfailed
+    yield broker
+    if request.session.testsfailed > failed:
+        print(f"\n--- broker log ({broker.log_path}) ---\n{broker.log_tail(80)}")  # noqa: T201

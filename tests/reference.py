@@ -53,6 +53,13 @@ SUMMARY_COLUMNS = ["trip_count", "avg_passengers", "total_distance", "avg_distan
                    "total_fare", "avg_fare", "total_amount", "avg_amount"]
 
 
+class _Tombstone(str):
+    """A Kafka message without a value: an empty record with no payload."""
+
+
+TOMBSTONE = _Tombstone("empty record")
+
+
 def json_landing_batches(folder: Path) -> list[list[dict | str]]:
     """One batch per file, in file-time order."""
     files = sorted(folder.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
@@ -67,7 +74,9 @@ def text_lines(data: bytes) -> list[bytes]:
 
 def decode(value: bytes | None) -> dict | str:
     """A line or message as the text fields of its JSON record, or why it is none."""
-    if value is None or not value.strip():
+    if value is None:
+        return TOMBSTONE
+    if not value.strip():
         return "empty record"
     try:
         text = value.decode("utf-8")
@@ -154,6 +163,7 @@ class Expected:
     bronze: list[dict] = field(default_factory=list)
     rejections: Counter = field(default_factory=Counter)
     late_trips: int = 0
+    tombstones: int = 0
     summary: pd.DataFrame | None = None
 
 
@@ -171,6 +181,7 @@ def expected_outputs(batches: list[list[dict | str]], boroughs: dict[int, str]) 
     eviction_wm = late_wm = None
     for batch in batches:
         valid = []
+        out.tombstones += sum(1 for record in batch if record is TOMBSTONE)
         for record in batch:
             trip, reason = check(record, set(boroughs))
             if reason:

@@ -3,54 +3,21 @@ generated project's own `kafka_local` module: no mocks anywhere."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pandas as pd
-import pytest
 from conftest import PACKAGE, quiet_env, run
 from kafka import KafkaConsumer, KafkaProducer
 from reference import expected_outputs, json_landing_batches, zone_boroughs
 from test_starter import assert_matches_reference, committed_files, kedro_run, read_parquet
 
 CHUNK = 60  # maxOffsetsPerTrigger, so that Kafka and file runs cut the same batches
-
-
-@pytest.fixture(scope="module")
-def kafka_local(generated_project):
-    sys.path.insert(0, str(generated_project / "src"))
-    try:
-        yield importlib.import_module(f"{PACKAGE}.kafka_local")
-    finally:
-        sys.path.remove(str(generated_project / "src"))
-
-
-@pytest.fixture(scope="module")
-def broker(kafka_local):
-    """One real broker for the module; always stopped, its log shown on failure."""
-    started = time.monotonic()
-    instance = kafka_local.LocalKafka()
-    try:
-        instance.start(timeout=180)
-        print(f"broker ready in {time.monotonic() - started:.1f} s")  # noqa: T201
-        yield instance
-    finally:
-        instance.stop()
-
-
-@pytest.fixture
-def broker_log_on_failure(broker, request):
-    failed = request.session.testsfailed
-    yield broker
-    if request.session.testsfailed > failed:
-        print(f"\n--- broker log ({broker.log_path}) ---\n{broker.log_tail(80)}")  # noqa: T201
 
 
 def point_at_broker(project: Path, servers: str, chunk: int = CHUNK) -> tuple[str, str]:

@@ -2,7 +2,9 @@ import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 
+from {{ cookiecutter.python_package }}.datasets import SparkStreamingDataset
 from {{ cookiecutter.python_package }}.hooks import (
+    ProgressLog,
     StreamingConfigError,
     StreamingQueryHooks,
     check_kafka_connector,
@@ -10,6 +12,70 @@ from {{ cookiecutter.python_package }}.hooks import (
 )
 
 DATASET = "{{ cookiecutter.python_package }}.datasets.SparkStreamingDataset"
+SOURCE = {"type": DATASET, "filepath": "in", "file_format": "json", "load_args": {"schema": "id INT"}}
+
+
+def sink(name: str, **save_args) -> dict:
+    return {"type": DATASET, "filepath": name, "file_format": "parquet",
+            "save_args": {"checkpoint": f"data/checkpoints/{name}", **save_args}}
+
+
+def kafka(**load_args) -> dict:
+    return {"type": DATASET, "file_format": "kafka", "load_args": load_args}
+
+
+# One bad configuration each: the catalog, then what the message must say.
+BAD_CONFIGURATIONS = {
+    "sink without checkpoint": (
+        {"out": {"type": DATASET, "filepath": "out", "file_format": "parquet"}},
+        "'out' has no checkpoint: add `save_args: {checkpoint: data/checkpoints/<name>}`",
+    ),
+    "two sinks, one checkpoint": (
+        {"out": sink("out"), "copy": sink("copy", checkpoint="data/checkpoints/out")},
+        "copy, out share the checkpoint 'data/checkpoints/out': give each sink its own",
+    ),
+    "file source without schema": (
+        {"in": {"type": DATASET, "filepath": "in", "file_format": "json"}, "out": sink("out")},
+        "'in' reads json files from 'in' without a schema: add `load_args: {schema:",
+    ),
+    "Kafka source without bootstrap servers": (
+        {"in": kafka(subscribe="trips"), "out": sink("out")},
+        "'in' reads or writes Kafka without bootstrap servers: add "
+        "`kafka.bootstrap.servers: host:9092` to its load_args",
+    ),
+    "Kafka source without topic": (
+        {"in": kafka(**{"kafka.bootstrap.servers": "localhost:9092"}), "out": sink("out")},
+        "'in' reads Kafka without a topic: add `load_args: {subscribe: <topic>}`",
+    ),
+    "Kafka sink without topic": (
+        {"out": {**sink("out"), "file_format": "kafka", "filepath": "",
+                 "save_args": {"checkpoint": "c", "kafka.bootstrap.servers": "localhost:9092"}}},
+        "'out' writes to Kafka without a topic: add `save_args: {topic: ...}`",
+    ),
+    "unknown output mode": (
+        {"out": sink("out", output_mode="upsert")},
+        "'out' has output_mode 'upsert': use one of append, complete, update",
+    ),
+    "unknown trigger": (
+        {"out": sink("out", trigger={"every": "1 minute"})},
+        "'out' has trigger {'every': '1 minute'}: use one of 'processingTime: ...'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CONFIGURATIONS)
+def test_bad_configuration_fails_before_any_query_starts(case):
+    config, message = BAD_CONFIGURATIONS[case]
+    catalog = DataCatalog.from_config({"in": SOURCE, **config})
+    nodes = pipeline([node(lambda df: [df] * (len(config) - ("in" in config)), "in",
+                           [name for name in config if name != "in"])])
+    hooks = StreamingQueryHooks()
+    hooks.after_context_created(type("Context", (), {"params": {}})())
+
+    with pytest.raises(StreamingConfigError, match="cannot work") as error:
+        hooks.before_pipeline_run({}, nodes, catalog)
+    assert message in str(error.value)
+    assert all(catalog[name].query is None for name in config if name != "in")
 
 
 def test_kafka_connector_must_match_the_running_spark():
@@ -25,41 +91,37 @@ def test_kafka_connector_must_match_the_running_spark():
     check_kafka_connector(conf, "4.0.0", "2.13")
 
 
-def test_run_trigger_switch():
+def test_unknown_run_trigger_names_both_choices():
     assert run_trigger({"trigger": "available_now"}) == {"availableNow": True}
     assert run_trigger({"trigger": "processing_time"}) is None
     with pytest.raises(StreamingConfigError, match="--params trigger=available_now"):
         run_trigger({"trigger": "sometimes"})
 
 
-def test_bad_streaming_configuration_fails_before_anything_starts(tmp_path):
-    catalog = DataCatalog.from_config(
-        {
-            "json_without_schema": {"type": DATASET, "filepath": str(tmp_path), "file_format": "json"},
-            "kafka_without_topic": {"type": DATASET, "file_format": "kafka",
-                                    "load_args": {"kafka.bootstrap.servers": "localhost:9092"}},
-            "a": {"type": DATASET, "filepath": "a", "file_format": "parquet",
-                  "save_args": {"checkpoint": "data/checkpoints/shared"}},
-            "b": {"type": DATASET, "filepath": "b", "file_format": "parquet",
-                  "save_args": {"checkpoint": "data/checkpoints/shared"}},
-            "c": {"type": DATASET, "filepath": "c", "file_format": "parquet"},
-            "to_kafka": {"type": DATASET, "file_format": "kafka",
-                         "save_args": {"checkpoint": "data/checkpoints/to_kafka"}},
-        }
+def test_progress_log_keeps_totals_not_history(spark, tmp_path):
+    """A long run must not grow the driver: the listener's state stays the same size."""
+    progress = ProgressLog()
+    spark.streams.addListener(progress)
+    query_sink = SparkStreamingDataset(
+        filepath=str(tmp_path / "out"),
+        file_format="parquet",
+        save_args={"checkpoint": str(tmp_path / "checkpoint"), "query_name": "ticks",
+                   "trigger": {"processingTime": "100 milliseconds"}},
     )
-    nodes = pipeline(
-        [node(lambda x, y: (x, x, x, y), ["json_without_schema", "kafka_without_topic"],
-              ["a", "b", "c", "to_kafka"])]
-    )
-    hooks = StreamingQueryHooks()
-    hooks.after_context_created(type("Context", (), {"params": {}})())
+    try:
+        query_sink.save(SparkStreamingDataset(file_format="rate", load_args={"rowsPerSecond": 50}).load())
+        held = {}
+        for batches in (5, 25):
+            while progress.last_batch.get("ticks", -1) < batches:
+                assert query_sink.query.exception() is None
+                query_sink.query.awaitTermination(0.2)
+            held[batches] = [(name, sorted(counts)) for name, counts in progress.totals.items()]
+    finally:
+        query_sink.query.stop()
+        spark.streams.removeListener(progress)
 
-    with pytest.raises(StreamingConfigError) as error:
-        hooks.before_pipeline_run({}, nodes, catalog)
-    message = str(error.value)
-    assert "a, b share the checkpoint 'data/checkpoints/shared'" in message
-    assert "'c' has no checkpoint" in message
-    assert "'json_without_schema' reads json files from" in message
-    assert "'kafka_without_topic' reads Kafka without a topic" in message
-    assert "'to_kafka' reads or writes Kafka without bootstrap servers" in message
-    assert "'to_kafka' writes to Kafka without a topic" in message
+    assert progress.totals["ticks"]["batches"] >= 25
+    assert progress.totals["ticks"]["rows_written"] == progress.totals["ticks"]["input_rows"] > 0
+    # The same keys after 5 and 25 batches: one counter per figure, nothing per batch.
+    assert held[5] == held[25] == [("ticks", sorted(progress.totals["ticks"]))]
+    assert list(progress.last_batch) == ["ticks"]

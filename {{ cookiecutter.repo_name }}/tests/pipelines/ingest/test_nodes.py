@@ -81,7 +81,7 @@ def test_each_message_gives_one_row_whatever_it_holds(spark):
     values = [
         good,
         b"not json at all",
-        b"\xff\xfe\x00\x81garbage",
+        b"\xff\xfe\x00\x81garbage" * 20,
         b"",
         None,
         b"[]",

@@ -144,7 +144,10 @@ def _decode_json_values(raw: DataFrame) -> DataFrame:
     )
     return raw.select(
         *[F.when(problem.isNull(), record[name]).alias(name) for name in TRIP_COLUMNS],
-        F.when(is_text, text).otherwise(F.base64(value.cast("binary"))).alias("raw_payload"),
+        # Spark's base64 breaks lines every 76 characters; one line is easier to use.
+        F.when(is_text, text)
+        .otherwise(F.regexp_replace(F.base64(value.cast("binary")), r"\s", ""))
+        .alias("raw_payload"),
         problem.alias("_decode_problem"),
         *_origin_columns(raw),
     )
