@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -21,19 +22,31 @@ from conftest import PACKAGE, SASL_PASSWORD, SASL_USER, quiet_env, run
 from kafka import KafkaProducer
 from reference import check, decode, expected_outputs, json_landing_batches, text_lines, zone_boroughs
 from test_kafka import CHUNK, bundled_lines, consume_all, point_at_broker
-from test_starter import (
-    BOUNDED,
-    assert_matches_reference,
-    kedro_run,
-    read_parquet,
-    run_until_then_kill,
-)
+from test_starter import BOUNDED, assert_matches_reference, kedro_run, read_parquet
 
 KILL_POINTS = [
     "Started streaming query 'quarantined_trips'",  # during the first batch
     "Query bronze_trips batch 3:",                   # between ingest batches
     "Query hourly_borough_summary batch 4:",         # during a later aggregate batch
 ]
+
+
+def run_until_then_kill(bin_dir: Path, project: Path, marker: str, log_path: Path, *args: str) -> None:
+    """Starts a bounded `kedro run`, SIGKILLs its process group once ``marker`` is logged."""
+    with log_path.open("w") as log:
+        process = subprocess.Popen([bin_dir / "kedro", "run", *args, *BOUNDED], cwd=project,
+                                   env=quiet_env(), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while marker not in log_path.read_text():
+                assert process.poll() is None, f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
+                assert time.monotonic() < deadline, f"never logged {marker!r}"
+                time.sleep(0.2)
+        finally:
+            # The whole group, JVM included: as close to a crash as it gets.
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
 
 
 def bad_messages(template: dict) -> list[bytes | None]:
@@ -228,8 +241,12 @@ def test_sasl_credentials_work_fail_clearly_and_are_never_printed(
     assert len(bronze) + len(quarantined) == sent and len(bronze) > 0
 
     for command in ("describe-datasets", "resolve-patterns"):
-        shown = run([project_bin / "kedro", "catalog", command, "--env", "kafka"], cwd=project)
+        shown = subprocess.run(
+            [project_bin / "kedro", "catalog", command, "--env", "kafka"], cwd=project,
+            env=quiet_env(TAXI_KAFKA_PASSWORD=SASL_PASSWORD), capture_output=True, text=True,
+            timeout=300)
         outputs.append(shown.stdout + shown.stderr)
+        assert shown.returncode == 0, outputs[-1][-5000:]
     assert "raw_trips" in outputs[-1] and "credentials" in outputs[-1]
 
     wrong_password = f"wrong-{SASL_PASSWORD[::-1]}"

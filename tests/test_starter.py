@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
+import re
 import shutil
 import signal
 import subprocess
@@ -118,7 +118,28 @@ def test_plain_run_on_a_fresh_project_matches_reference(fresh_project, project_b
     result = kedro_run(project_bin, fresh_project)
     log = result.stdout + result.stderr
     assert "Waiting for 'bronze_trips' to finish" in log
-    assert_matches_reference(fresh_project, example_reference(fresh_project))
+    expected = example_reference(fresh_project)
+    assert_matches_reference(fresh_project, expected)
+
+    # The progress log's totals are the same figures.
+    totals = {
+        match["query"]: {key: int(value) for key, value in match.groupdict().items() if key != "query"}
+        for match in re.finditer(
+            r"Query (?P<query>\w+) ended: (?P<batches>\d+) batches, (?P<rows_in>\d+) rows in, "
+            r"(?P<written>\d+) written, (?P<quarantined>\d+) quarantined, "
+            r"(?P<dropped>\d+) dropped by watermark", log)
+    }
+    lines = sum(len(batch) for batch in json_landing_batches(fresh_project / "data/01_raw/trips_landing"))
+    rejected = sum(expected.rejections.values())
+    assert totals["bronze_trips"] == {"batches": 8, "rows_in": lines, "written": len(expected.bronze),
+                                      "quarantined": rejected, "dropped": 0}
+    assert totals["quarantined_trips"]["written"] == totals["quarantined_trips"]["quarantined"] == rejected
+    summary = totals["hourly_borough_summary"]
+    assert (summary["rows_in"], summary["written"]) == (len(expected.bronze), len(expected.summary))
+    assert summary["dropped"] == expected.late_trips
+    assert len(re.findall(r"Query \w+ batch \d+: ", log)) == sum(t["batches"] for t in totals.values())
+    # Spark's own logging stays at WARN.
+    assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", log, re.MULTILINE)
 
 
 def test_real_tlc_rows_and_zone_lookup(fresh_project, project_bin):
@@ -240,34 +261,3 @@ bronze_trips:
     assert "Streaming query 'bronze_trips' failed" in output
     assert "no-such-codec" in output
     assert "Stopping streaming query 'quarantined_trips'" in output
-
-
-def run_until_then_kill(bin_dir: Path, project: Path, marker: str, log_path: Path, *args: str) -> None:
-    """Starts a bounded `kedro run`, SIGKILLs its process group once ``marker`` is logged."""
-    with log_path.open("w") as log:
-        process = subprocess.Popen([bin_dir / "kedro", "run", *args, *BOUNDED], cwd=project,
-                                   env=quiet_env(), stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            deadline = time.monotonic() + 300
-            while marker not in log_path.read_text():
-                assert process.poll() is None, f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
-                assert time.monotonic() < deadline, f"never logged {marker!r}"
-                time.sleep(0.2)
-        finally:
-            # The whole group, JVM included: as close to a crash as it gets.
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=60)
-
-
-def test_sigkill_mid_stream_then_rerun_loses_and_duplicates_nothing(fresh_project, project_bin):
-    kill_points = [
-        "Started streaming query 'quarantined_trips'",  # during the first batch
-        "Query bronze_trips batch 3:",                   # between ingest batches
-        "Query hourly_borough_summary batch 4:",         # during a later aggregate batch
-    ]
-    for number, marker in enumerate(kill_points):
-        run_until_then_kill(project_bin, fresh_project, marker, fresh_project / f"killed-{number}.log")
-
-    kedro_run(project_bin, fresh_project)
-    assert_matches_reference(fresh_project, example_reference(fresh_project))
