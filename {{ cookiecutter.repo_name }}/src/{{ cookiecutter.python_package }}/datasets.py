@@ -25,7 +25,7 @@ _NO_BOOTSTRAP = (
 ROWS_WRITTEN_METRIC = "rows_written"
 TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous")
 # Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
-_SECRET_MARKERS = ("jaas", "password", "secret", "token", "key.password")
+_SECRET_MARKERS = ("jaas", "password", "secret")
 
 
 class SparkStreamingDataset(_BaseStreamingDataset):
@@ -142,16 +142,16 @@ class SparkStreamingDataset(_BaseStreamingDataset):
                 problems.append(_NO_BOOTSTRAP.replace("ARGS", "save_args"))
             if not options.get("topic"):
                 problems.append("writes to Kafka without a topic: add `save_args: {topic: ...}`")
-        return problems
+        return problems + _secrets_in(self._writer_options, "save_args")
 
     def source_problems(self) -> list[str]:
         """Says what keeps this dataset from being read, before any query starts.
 
         Only for sources that no query of the same run writes.
         """
+        problems = _secrets_in(self._load_args, "load_args")
         if self._file_format == "kafka":
             options = {**self._load_args, **self.kafka_options}
-            problems = []
             if not options.get("kafka.bootstrap.servers"):
                 problems.append(_NO_BOOTSTRAP.replace("ARGS", "load_args"))
             if not any(options.get(key) for key in ("subscribe", "subscribePattern", "assign")):
@@ -161,13 +161,13 @@ class SparkStreamingDataset(_BaseStreamingDataset):
             return problems
         if self._schema is None and self._file_format not in SCHEMA_FREE_FORMATS:
             if not self._path or not _is_local_file_sink(self._path):
-                return [
+                problems.append(
                     f"reads {self._file_format} files from '{self._path}' without a "
                     "schema: add `load_args: {schema: {filepath: <Spark JSON schema>}}` "
                     "(or a DDL string). If the folder is a streaming sink, run the "
                     "pipeline that writes it first (e.g. `kedro run --pipeline ingest`)"
-                ]
-        return []
+                )
+        return problems
 
     @property
     def kafka_client_config(self) -> dict[str, str]:
@@ -295,10 +295,24 @@ def _is_local_file_sink(path: str) -> bool:
     return (Path(path.removeprefix("file://")) / "_spark_metadata").is_dir()
 
 
+def _is_secret(key: str) -> bool:
+    return any(marker in key.lower() for marker in _SECRET_MARKERS)
+
+
+def _secrets_in(options: dict[str, Any], args_name: str) -> list[str]:
+    """Secrets belong in credentials, which are never described or logged."""
+    return [
+        f"has the secret option '{key}' in its {args_name}: move it to an entry of "
+        "conf/local/credentials.yml and name that entry with `credentials: <entry>`"
+        for key in options
+        if _is_secret(key)
+    ]
+
+
 def _redact(options: dict[str, Any]) -> dict[str, Any]:
     shown = deepcopy(options)
     for key in shown:
-        if any(marker in key.lower() for marker in _SECRET_MARKERS):
+        if _is_secret(key):
             shown[key] = "***"
     return shown
 
