@@ -31,14 +31,20 @@ def quiet_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def run(command: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
-    """Runs a command, failing the test with its output when it fails."""
+def run(command: list, cwd: Path, timeout: float = 600, check: bool = True,
+        env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Runs a command; unless ``check`` is false, fails the test when it fails.
+
+    The result also has ``seconds`` (wall time) and ``output`` (stdout + stderr).
+    """
     started = time.monotonic()
     result = subprocess.run(
-        command, cwd=cwd, env=quiet_env(), capture_output=True, text=True, timeout=timeout, **kwargs
+        command, cwd=cwd, env=quiet_env(**(env or {})), capture_output=True, text=True,
+        timeout=timeout, **kwargs
     )
     result.seconds = time.monotonic() - started
-    if result.returncode != 0:
+    result.output = result.stdout + result.stderr
+    if check and result.returncode != 0:
         pytest.fail(
             f"{' '.join(map(str, command))} exited {result.returncode} in {cwd}\n"
             f"--- stdout ---\n{result.stdout[-8000:]}\n--- stderr ---\n{result.stderr[-8000:]}"

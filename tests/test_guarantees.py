@@ -214,56 +214,42 @@ def test_sasl_credentials_work_fail_clearly_and_are_never_printed(
 ):
     project = sasl_project(generated_project, tmp_path, broker_log_on_failure)
     trips_topic = (project / "conf/kafka/globals.yml").read_text().split("trips_topic: ")[1].split()[0]
-    outputs = []
 
     # The producer takes its password from the environment, never from the command line.
-    env = quiet_env(KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT", KAFKA_SASL_USERNAME=SASL_USER,
-                    KAFKA_SASL_PASSWORD=SASL_PASSWORD)
-    produced = subprocess.run(
+    produced = run(
         [project_bin / "python", "-m", f"{PACKAGE}.kafka_client", "produce", "--files", "3",
-         "--partitions", "1", "--topic", trips_topic],
-        cwd=project, env=env, capture_output=True, text=True, timeout=120)
-    assert produced.returncode == 0, produced.stdout + produced.stderr
-    outputs.append(produced.stdout + produced.stderr)
+         "--partitions", "1", "--topic", trips_topic], cwd=project,
+        env={"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_USERNAME": SASL_USER,
+             "KAFKA_SASL_PASSWORD": SASL_PASSWORD})
     sent = int(re.search(r"Sent (\d+) messages", produced.stdout)[1])
     assert sent == 3 * 60 + 1  # three example files, one with a truncated record
 
-    # The right password through credentials.yml from an environment variable.
+    # The right password through credentials.yml, from an environment variable.
     write_credentials(project, "${oc.env:TAXI_KAFKA_PASSWORD}")
-    right = subprocess.run(
-        [project_bin / "kedro", "run", "--env", "kafka", "--pipeline", "ingest", *BOUNDED],
-        cwd=project, env=quiet_env(TAXI_KAFKA_PASSWORD=SASL_PASSWORD), capture_output=True,
-        text=True, timeout=600)
-    outputs.append(right.stdout + right.stderr)
-    assert right.returncode == 0, outputs[-1][-5000:]
+    password_env = {"TAXI_KAFKA_PASSWORD": SASL_PASSWORD}
+    right = run([project_bin / "kedro", "run", "--env", "kafka", "--pipeline", "ingest", *BOUNDED],
+                cwd=project, env=password_env)
     bronze = read_parquet(project / "data/kafka", "02_intermediate/bronze_trips")
     quarantined = read_parquet(project / "data/kafka", "02_intermediate/quarantined_trips")
     assert len(bronze) + len(quarantined) == sent and len(bronze) > 0
 
-    for command in ("describe-datasets", "resolve-patterns"):
-        shown = subprocess.run(
-            [project_bin / "kedro", "catalog", command, "--env", "kafka"], cwd=project,
-            env=quiet_env(TAXI_KAFKA_PASSWORD=SASL_PASSWORD), capture_output=True, text=True,
-            timeout=300)
-        outputs.append(shown.stdout + shown.stderr)
-        assert shown.returncode == 0, outputs[-1][-5000:]
-    assert "raw_trips" in outputs[-1] and "credentials" in outputs[-1]
+    shown = [run([project_bin / "kedro", "catalog", command, "--env", "kafka"], cwd=project,
+                 env=password_env) for command in ("describe-datasets", "resolve-patterns")]
+    assert "raw_trips" in shown[-1].output and "credentials" in shown[-1].output
 
     wrong_password = f"wrong-{SASL_PASSWORD[::-1]}"
     write_credentials(project, wrong_password)
-    started = time.monotonic()
-    wrong = subprocess.run(
-        [project_bin / "kedro", "run", "--env", "kafka", *BOUNDED, "--params", "kafka_connect_timeout=10"],
-        cwd=project, env=quiet_env(), capture_output=True, text=True, timeout=180)
-    seconds = time.monotonic() - started
-    failure = wrong.stdout + wrong.stderr
-    outputs.append(failure)
+    wrong = run([project_bin / "kedro", "run", "--env", "kafka", *BOUNDED,
+                 "--params", "kafka_connect_timeout=10"], cwd=project, check=False, timeout=180)
     assert wrong.returncode != 0
-    assert seconds < 90, f"a wrong password took {seconds:.0f} s to fail"
-    assert f"the Kafka broker at {broker_log_on_failure.sasl_bootstrap_servers} refused the credentials" in failure
-    assert "SaslAuthenticationException" in failure and "conf/local/credentials.yml" in failure
-    assert "Started streaming query" not in failure
+    assert wrong.seconds < 90, f"a wrong password took {wrong.seconds:.0f} s to fail"
+    servers = broker_log_on_failure.sasl_bootstrap_servers
+    assert f"the Kafka broker at {servers} refused the credentials" in wrong.output
+    assert "SaslAuthenticationException" in wrong.output
+    assert "conf/local/credentials.yml" in wrong.output
+    assert "Started streaming query" not in wrong.output
 
+    outputs = [produced.output, right.output, *(result.output for result in shown), wrong.output]
     for text in outputs:
         assert SASL_PASSWORD not in text and wrong_password not in text
     for path in project.rglob("*"):
@@ -276,14 +262,10 @@ def test_unreachable_broker_fails_within_the_timeout(fresh_project, project_bin,
     """Nothing listens on the port: the run fails in time, naming the address."""
     address = f"127.0.0.1:{kafka_local._free_ports(1)[0]}"
     point_at_broker(fresh_project, address)
-    started = time.monotonic()
-    result = subprocess.run(
-        [project_bin / "kedro", "run", "--env", "kafka", *BOUNDED, "--params", "kafka_connect_timeout=5"],
-        cwd=fresh_project, env=quiet_env(), capture_output=True, text=True, timeout=180)
-    seconds = time.monotonic() - started
-    output = result.stdout + result.stderr
+    result = run([project_bin / "kedro", "run", "--env", "kafka", *BOUNDED,
+                  "--params", "kafka_connect_timeout=5"], cwd=fresh_project, check=False, timeout=180)
     assert result.returncode != 0
-    assert f"the Kafka broker at {address} did not answer within 5 s" in output
-    assert "Started streaming query" not in output
+    assert f"the Kafka broker at {address} did not answer within 5 s" in result.output
+    assert "Started streaming query" not in result.output
     # Spark and Kedro start in about 10 s; the wait itself is bounded by the timeout.
-    assert seconds < 60, f"took {seconds:.0f} s"
+    assert result.seconds < 60, f"took {result.seconds:.0f} s"

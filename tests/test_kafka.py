@@ -199,10 +199,9 @@ def test_wrong_connector_version_stops_the_run_before_any_stream(fresh_project, 
     (wrong / "spark.yml").write_text(
         "spark.jars.packages: org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1\n"
     )
-    result = subprocess.run([project_bin / "kedro", "run", "--env", "wrong_connector"],
-                            cwd=fresh_project, env=quiet_env(), capture_output=True, text=True,
-                            timeout=300)
-    output = result.stdout + result.stderr
+    result = run([project_bin / "kedro", "run", "--env", "wrong_connector"],
+                 cwd=fresh_project, check=False, timeout=300)
+    output = result.output
     assert result.returncode != 0
     assert "spark-sql-kafka-0-10_2.12:3.5.1" in output and "Scala 2.13" in output
     assert "org.apache.spark:spark-sql-kafka-0-10_2.13:" in output

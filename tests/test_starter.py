@@ -252,11 +252,9 @@ bronze_trips:
     compression: no-such-codec
 """
     )
-    result = subprocess.run(
-        [project_bin / "kedro", "run", "--pipeline", "ingest", "--env", "broken"],
-        cwd=fresh_project, env=quiet_env(), capture_output=True, text=True, timeout=300,
-    )
-    output = result.stdout + result.stderr
+    result = run([project_bin / "kedro", "run", "--pipeline", "ingest", "--env", "broken"],
+                 cwd=fresh_project, check=False, timeout=300)
+    output = result.output
     assert result.returncode != 0
     assert "Streaming query 'bronze_trips' failed" in output
     assert "no-such-codec" in output
