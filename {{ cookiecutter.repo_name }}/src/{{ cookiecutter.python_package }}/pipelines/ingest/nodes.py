@@ -72,7 +72,7 @@ _KAFKA_ORIGIN = {
     "offset": "kafka_offset",
     "timestamp": "kafka_timestamp",
 }
-# Observed per micro-batch; the hooks log it on each progress line.
+# Observed per micro-batch; the hooks' progress lines show metrics of this name.
 QUARANTINED_METRIC = "quarantined"
 
 
@@ -189,9 +189,10 @@ def split_valid_trips(
         validation: ``max_trip_hours`` and ``max_amount``.
 
     Returns:
-        ``bronze_trips``: the TLC fields plus ``source_file`` and ``ingested_at``;
-        ``quarantined_trips``: ``raw_payload``, ``rejection_reason``,
-        ``source_file`` and ``ingested_at``.
+        ``bronze_trips``: the TLC fields plus the ``SOURCE_COLUMNS``;
+        ``quarantined_trips``: ``raw_payload``, ``rejection_reason`` and the
+        ``SOURCE_COLUMNS``. Each micro-batch also reports how many rows it
+        quarantined, as the observed metric ``quarantined``.
     """
     known_ids = F.broadcast(taxi_zones.select("LocationID").dropDuplicates())
     checked = parsed_trips.join(
