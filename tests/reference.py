@@ -66,6 +66,12 @@ def json_landing_batches(folder: Path) -> list[list[dict | str]]:
     return [[decode(line) for line in text_lines(path.read_bytes())] for path in files]
 
 
+def message_batches(messages: list[bytes | None], size: int) -> list[list[dict | str]]:
+    """Kafka messages of one partition, decoded, in micro-batches of ``size``."""
+    decoded = [decode(message) for message in messages]
+    return [decoded[start:start + size] for start in range(0, len(decoded), size)]
+
+
 def text_lines(data: bytes) -> list[bytes]:
     """Lines as Spark's text source splits them: at \\n, \\r\\n or \\r."""
     lines = re.split(rb"\r\n|\r|\n", data)

@@ -20,7 +20,15 @@ from pathlib import Path
 
 from conftest import PACKAGE, SASL_PASSWORD, SASL_USER, quiet_env, run
 from kafka import KafkaProducer
-from reference import check, decode, expected_outputs, json_landing_batches, text_lines, zone_boroughs
+from reference import (
+    check,
+    decode,
+    expected_outputs,
+    json_landing_batches,
+    message_batches,
+    text_lines,
+    zone_boroughs,
+)
 from test_kafka import CHUNK, bundled_lines, consume_all, point_at_broker
 from test_starter import BOUNDED, assert_matches_reference, kedro_run, read_parquet
 
@@ -116,17 +124,14 @@ def test_kafka_bad_messages_and_sigkill_at_three_points(
     kedro_run(project_bin, project, "--env", "kafka")
 
     boroughs = zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv")
-    decoded = [decode(message) for message in messages]
-    expected = expected_outputs(
-        [decoded[start:start + CHUNK] for start in range(0, len(decoded), CHUNK)], boroughs
-    )
+    expected = expected_outputs(message_batches(messages, CHUNK), boroughs)
     assert_matches_reference(project, expected, output_root="data/kafka")
 
     # Valid + quarantined = input, offset by offset, each with its payload.
     tables = project / "data/kafka"
     bronze = read_parquet(tables, "02_intermediate/bronze_trips")
     quarantined = read_parquet(tables, "02_intermediate/quarantined_trips")
-    reasons = {offset: check(record, set(boroughs))[1] for offset, record in enumerate(decoded)}
+    reasons = {offset: check(decode(message), set(boroughs))[1] for offset, message in enumerate(messages)}
     assert sorted(bronze.kafka_offset) == [o for o, reason in reasons.items() if reason is None]
     got = {row.kafka_offset: (row.rejection_reason, row.raw_payload if isinstance(row.raw_payload, str) else None)
            for row in quarantined.itertuples()}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 from conftest import PACKAGE, quiet_env, run
 from kafka import KafkaConsumer, KafkaProducer
-from reference import decode, expected_outputs, json_landing_batches, zone_boroughs
+from reference import expected_outputs, json_landing_batches, message_batches, zone_boroughs
 from test_starter import assert_matches_reference, committed_files, kedro_run, read_parquet
 
 CHUNK = 60  # maxOffsetsPerTrigger: the reference replays batches of this many messages
@@ -67,8 +67,7 @@ def test_kafka_ingest_then_aggregate_matches_reference(generated_project, projec
     kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipeline", "aggregate")
 
     expected = expected_outputs(
-        [[decode(line.encode()) for line in lines[start:start + CHUNK]]
-         for start in range(0, len(lines), CHUNK)],
+        message_batches([line.encode() for line in lines], CHUNK),
         zone_boroughs(kafka_project / "data/01_raw/taxi_zone_lookup.csv"),
     )
     assert expected.late_trips > 0

@@ -65,12 +65,12 @@ SOURCE_COLUMNS = (
     "kafka_timestamp",
     "ingested_at",
 )
-# Kafka's metadata columns, kept on every row as its origin.
+# Kafka's metadata columns, kept on every row as its origin: name and type.
 _KAFKA_ORIGIN = {
-    "topic": "kafka_topic",
-    "partition": "kafka_partition",
-    "offset": "kafka_offset",
-    "timestamp": "kafka_timestamp",
+    "topic": ("kafka_topic", "string"),
+    "partition": ("kafka_partition", "int"),
+    "offset": ("kafka_offset", "long"),
+    "timestamp": ("kafka_timestamp", "timestamp"),
 }
 # Observed per micro-batch; the hooks' progress lines show metrics of this name.
 QUARANTINED_METRIC = "quarantined"
@@ -117,7 +117,7 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
         "raw_payload",
         _present(problems).alias("problems"),
         F.when(source_file != "", source_file).alias("source_file"),
-        *[F.col(name) for name in _KAFKA_ORIGIN.values()],
+        *[F.col(name) for name, _ in _KAFKA_ORIGIN.values()],
         F.current_timestamp().alias("ingested_at"),
     )
 
@@ -166,10 +166,9 @@ def _field_columns(raw: DataFrame) -> DataFrame:
 
 
 def _origin_columns(raw: DataFrame) -> list[Column]:
-    kinds = {"topic": "string", "partition": "int", "offset": "long", "timestamp": "timestamp"}
     return [
-        (F.col(column) if column in raw.columns else F.lit(None).cast(kinds[column])).alias(name)
-        for column, name in _KAFKA_ORIGIN.items()
+        (F.col(column) if column in raw.columns else F.lit(None).cast(kind)).alias(name)
+        for column, (name, kind) in _KAFKA_ORIGIN.items()
     ]
 
 
