@@ -17,6 +17,13 @@ FILES, TRIPS_PER_FILE, INVALID_PER_FILE, LATE_FILES = 8, 60, 5, 5
 @pytest.fixture
 def project(tmp_path, monkeypatch, spark):
     shutil.copytree(PROJECT_ROOT / "conf", tmp_path / "conf")
+    # The catalog's paths are relative to the working directory, but Spark's JVM
+    # keeps the one it started in: make them absolute, into the copy.
+    base = tmp_path / "conf/base"
+    for name in ("catalog.yml", "globals.yml"):
+        text = (base / name).read_text()
+        text = text.replace("filepath: data/", f"filepath: {tmp_path}/data/")
+        (base / name).write_text(text.replace("output_root: data", f"output_root: {tmp_path}/data"))
     # Paths in the catalog are relative to the working directory.
     monkeypatch.chdir(tmp_path)
     example_data.init(files=FILES)
@@ -24,43 +31,45 @@ def project(tmp_path, monkeypatch, spark):
     return tmp_path
 
 
-def run(project, pipeline_name=None):
+def run(project, pipeline_name=None, **params):
     with KedroSession.create(
         project_path=PROJECT_ROOT,
         conf_source=str(project / "conf"),
-        runtime_params={"trigger": "available_now"},
+        runtime_params={"trigger": "available_now", **params},
     ) as session:
         session.run(pipeline_name=pipeline_name)
 
 
 def read(spark, name):
-    return spark.read.parquet(f"data/{name}").collect()
+    return spark.read.parquet(str(Path.cwd() / "data" / name)).collect()
 
 
-def assert_example_summary(spark, bronze):
+def assert_example_summary(spark, valid_trips, late_trips, window_hours):
     summary = read(spark, "08_reporting/hourly_borough_summary")
-    windows = sorted({row.window_start for row in summary})
     # The watermark ends 10 minutes behind the last dropoff (about 10:00), so
     # the 09:00 window stays open, waiting for more data.
-    assert windows == [datetime(2024, 3, 1, hour) for hour in (6, 7, 8)]
+    windows = sorted({row.window_start for row in summary})
+    assert windows == [datetime(2024, 3, 1, hour) for hour in window_hours]
     in_closed_windows = [
-        trip for trip in bronze if trip.lpep_dropoff_datetime < datetime(2024, 3, 1, 9)
+        trip for trip in valid_trips if trip.lpep_dropoff_datetime < datetime(2024, 3, 1, 9)
     ]
-    # Two trips of each of the last five files arrive after their window closed.
-    assert sum(row.trip_count for row in summary) == len(in_closed_windows) - 2 * LATE_FILES
+    assert sum(row.trip_count for row in summary) == len(in_closed_windows) - late_trips
 
 
-def test_ingest_then_aggregate(project, spark):
-    run(project, "ingest")
-    run(project, "aggregate")
+def test_ingest_then_aggregate_file_by_file(project, spark):
+    # One file per micro-batch, as when files arrive one at a time: the
+    # watermark advances file by file and drops the trips that come too late.
+    run(project, "ingest", max_bytes_per_trigger=1)
+    run(project, "aggregate", max_bytes_per_trigger=1)
 
     bronze = read(spark, "02_intermediate/bronze_trips")
-    quarantined = read(spark, "02_intermediate/quarantined_trips")
-    # Every input line is a bronze trip or a quarantined record; the one extra
-    # quarantined record is the truncated line of the third file.
-    assert len(bronze) == FILES * (TRIPS_PER_FILE - INVALID_PER_FILE)
-    assert len(quarantined) == FILES * INVALID_PER_FILE + 1
-    assert_example_summary(spark, bronze)
+    valid = [row for row in bronze if row.rejection_reason is None]
+    # Every input line is in bronze once, valid or with its reason; the one
+    # extra rejected record is the truncated line of the third file.
+    assert len(valid) == FILES * (TRIPS_PER_FILE - INVALID_PER_FILE)
+    assert len(bronze) - len(valid) == FILES * INVALID_PER_FILE + 1
+    # Two trips of each of the last five files arrive after their window closed.
+    assert_example_summary(spark, valid, late_trips=2 * LATE_FILES, window_hours=(6, 7, 8))
 
     # A second bounded run finds nothing new and writes nothing twice.
     run(project, "ingest")
@@ -69,4 +78,8 @@ def test_ingest_then_aggregate(project, spark):
 
 def test_default_run_holds_aggregate_until_ingest_has_history(project, spark):
     run(project)
-    assert_example_summary(spark, read(spark, "02_intermediate/bronze_trips"))
+    bronze = read(spark, "02_intermediate/bronze_trips")
+    # The files already there make one micro-batch: no trip is late within it,
+    # and the 05:00 window of the earliest late trips is summarised too.
+    valid = [row for row in bronze if row.rejection_reason is None]
+    assert_example_summary(spark, valid, late_trips=0, window_hours=(5, 6, 7, 8))

@@ -1,6 +1,7 @@
 from datetime import datetime
 
 from {{ cookiecutter.python_package }}.pipelines.aggregate.nodes import (
+    select_valid_trips,
     summarise_hourly_by_borough,
 )
 
@@ -33,3 +34,15 @@ def test_summary_per_hour_and_pickup_borough(spark):
         (datetime(2024, 3, 1, 7), datetime(2024, 3, 1, 8), "Queens", 1, 2.0, 1.0, 1.0, 5.0, 5.0, 7.0, 7.0),
         (datetime(2024, 3, 1, 7), datetime(2024, 3, 1, 8), "Unknown", 1, 4.0, 3.0, 3.0, 8.0, 8.0, 9.0, 9.0),
     ]
+
+
+def test_only_valid_trips_reach_the_summary(spark):
+    bronze = spark.createDataFrame(
+        [(1, None, None), (2, "negative fare_amount", '{"fare_amount": -5}'), (3, None, None)],
+        "PULocationID INT, rejection_reason STRING, raw_payload STRING",
+    )
+
+    valid = select_valid_trips(bronze)
+
+    assert valid.columns == ["PULocationID"]
+    assert sorted(row.PULocationID for row in valid.collect()) == [1, 3]

@@ -1,4 +1,4 @@
-"""bronze_trips (as a stream) -> hourly_borough_summary."""
+"""bronze_trips (as a stream) -> its valid trips -> hourly_borough_summary."""
 
 from .pipeline import create_pipeline
 

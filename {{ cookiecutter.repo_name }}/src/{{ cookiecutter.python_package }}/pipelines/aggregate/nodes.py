@@ -8,8 +8,20 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 
+def select_valid_trips(bronze_trips: DataFrame) -> DataFrame:
+    """The trips of ``bronze_trips`` that passed every check of ``ingest``.
+
+    Returns:
+        The TLC fields and origin columns of the trips without a
+        ``rejection_reason``.
+    """
+    return bronze_trips.filter(F.col("rejection_reason").isNull()).drop(
+        "rejection_reason", "raw_payload"
+    )
+
+
 def summarise_hourly_by_borough(
-    bronze_trips: DataFrame, taxi_zones: DataFrame, summary: dict[str, Any]
+    valid_trips: DataFrame, taxi_zones: DataFrame, summary: dict[str, Any]
 ) -> DataFrame:
     """Summarises trips per event-time window of dropoff time and pickup borough.
 
@@ -19,7 +31,7 @@ def summarise_hourly_by_borough(
     progress as rows dropped by the watermark.
 
     Args:
-        bronze_trips: Validated trips (``lpep_dropoff_datetime``,
+        valid_trips: Validated trips (``lpep_dropoff_datetime``,
             ``PULocationID``, ``passenger_count``, ``trip_distance``,
             ``fare_amount``, ``total_amount``).
         taxi_zones: Zone lookup (``LocationID``, ``Borough``); small, so it is
@@ -41,7 +53,7 @@ def summarise_hourly_by_borough(
     )
     window = F.window("lpep_dropoff_datetime", summary["window_duration"])
     return (
-        bronze_trips.withWatermark("lpep_dropoff_datetime", summary["watermark_delay"])
+        valid_trips.withWatermark("lpep_dropoff_datetime", summary["watermark_delay"])
         # A left join, so that a zone missing from the lookup is reported as
         # "Unknown" rather than silently leaving the summary.
         .join(boroughs, "PULocationID", "left")
@@ -73,7 +85,7 @@ def summarise_hourly_by_borough(
 
 
 def summary_messages(
-    bronze_trips: DataFrame, taxi_zones: DataFrame, summary: dict[str, Any]
+    valid_trips: DataFrame, taxi_zones: DataFrame, summary: dict[str, Any]
 ) -> DataFrame:
     """The hourly summary as messages for a Kafka sink.
 
@@ -83,7 +95,7 @@ def summary_messages(
     Returns:
         ``key``: the pickup borough; ``value``: the summary row as JSON.
     """
-    rows = summarise_hourly_by_borough(bronze_trips, taxi_zones, summary)
+    rows = summarise_hourly_by_borough(valid_trips, taxi_zones, summary)
     return rows.select(
         F.col("pickup_borough").alias("key"),
         F.to_json(F.struct(*rows.columns)).alias("value"),

@@ -1,4 +1,4 @@
-"""Raw trips -> bronze_trips (valid) and quarantined_trips (rejected)."""
+"""Raw trips -> bronze_trips: every record, typed, valid or with its rejection reasons."""
 
 from .pipeline import create_pipeline
 

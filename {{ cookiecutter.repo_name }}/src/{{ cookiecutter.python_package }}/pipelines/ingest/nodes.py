@@ -1,8 +1,8 @@
 """Ingest: raw trip records in, typed and validated trips out.
 
 Every function takes and returns DataFrames and works the same on batch and
-streaming input. Nothing is dropped: a row is either a bronze trip or a
-quarantined record with the reasons it was rejected.
+streaming input. Nothing is dropped: every record read becomes one row of
+``bronze_trips``, a valid trip or a rejected one with its reasons.
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ _KAFKA_ORIGIN = {
     "offset": ("kafka_offset", "long"),
     "timestamp": ("kafka_timestamp", "timestamp"),
 }
+# The fields a JSON record is decoded straight into: numbers, whose JSON
+# form is unambiguous. Datetimes (ISO text or epoch milliseconds) and text
+# fields are decoded as text and typed by the same rules on every path.
+_DECODED_KINDS = {
+    name: kind for name, kind in TRIP_COLUMNS.items() if kind in ("int", "double")
+}
 # Observed per micro-batch; the hooks' progress lines show metrics of this name.
 QUARANTINED_METRIC = "quarantined"
 
@@ -97,25 +103,30 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
         if "value" in raw_trips.columns
         else _field_columns(raw_trips)
     )
+    record, text = F.col("_record"), F.col("_text_record")
     decoded = F.col("_decode_problem").isNull()
-    raw = {name: F.col(name) for name in TRIP_COLUMNS}
-    typed = {name: _typed(raw[name], kind) for name, kind in TRIP_COLUMNS.items()}
-
-    problems = [F.col("_decode_problem")]
+    fields, problems = {}, [F.col("_decode_problem")]
     problems += [
-        F.when(decoded & raw[name].isNull(), F.lit(f"missing {name}"))
+        F.when(decoded & record[name].isNull() & text[name].isNull(), F.lit(f"missing {name}"))
         for name in REQUIRED_COLUMNS
     ]
-    problems += [
-        F.when(raw[name].isNotNull() & typed[name].isNull(), F.lit(f"invalid {name}"))
-        for name in TRIP_COLUMNS
-    ]
+    for name, kind in TRIP_COLUMNS.items():
+        if name in _DECODED_KINDS:
+            # Typed by the decoder; its text is there only if the record did not fit.
+            given = text[name]
+            fields[name] = F.coalesce(record[name], _typed(given, kind))
+        else:
+            given = F.coalesce(record[name], text[name])
+            fields[name] = _typed(given, kind)
+        problems.append(
+            F.when(given.isNotNull() & fields[name].isNull(), F.lit(f"invalid {name}"))
+        )
 
     source_file = F.input_file_name()
     return records.select(
-        *[typed[name].alias(name) for name in TRIP_COLUMNS],
+        *[column.alias(name) for name, column in fields.items()],
         "raw_payload",
-        _present(problems).alias("problems"),
+        _joined(problems).alias("problems"),
         F.when(source_file != "", source_file).alias("source_file"),
         *[F.col(name) for name, _ in _KAFKA_ORIGIN.values()],
         F.current_timestamp().alias("ingested_at"),
@@ -123,33 +134,62 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
 
 
 def _decode_json_values(raw: DataFrame) -> DataFrame:
-    """``value`` (a text line or message bytes) -> the JSON record's fields as text.
+    """``value`` (a text line or message bytes) -> the JSON record's fields.
 
     Every value gives exactly one row, whatever it holds: an empty or null
     value, bytes that are not UTF-8, or text that is not a JSON object each
     get a ``_decode_problem`` and keep their payload.
+
+    Most records are well formed, so each is first decoded straight into the
+    field types (``_typed_record``), which is what Spark's JSON reader does and
+    as fast. Only a record that does not fit those types is decoded again with
+    every field as text (``_text_record``), so that each field can be typed
+    leniently and each problem named.
     """
-    value = F.col("value")
-    text = value.cast("string")
-    schema = ", ".join(f"`{name}` STRING" for name in [*TRIP_COLUMNS, CORRUPT_RECORD])
-    record = F.from_json(
-        text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD}
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD}
+    # Text lines are strings already; Kafka values are bytes (kept as they are,
+    # valid UTF-8 or not, so that the payload survives).
+    decoded = raw.select(F.col("value").cast("string").alias("_text"), *_origin_columns(raw))
+    text = F.col("_text")
+    decoded = decoded.select(
+        "*",
+        F.is_valid_utf8(text).alias("_is_utf8"),
+        F.from_json(text, _json_schema(_DECODED_KINDS), options).alias("_typed_record"),
     )
-    is_text = F.is_valid_utf8(text)
+    typed_record = F.col("_typed_record")
+    fits = (
+        F.col("_is_utf8")
+        & typed_record.isNotNull()
+        & typed_record[CORRUPT_RECORD].isNull()
+    )
+    decoded = decoded.select(
+        "*",
+        fits.alias("_fits"),
+        F.when(~fits, F.from_json(text, _json_schema({}), options)).alias(
+            "_text_record"
+        ),
+    )
+    text_record = F.col("_text_record")
     problem = (
+        F.when(F.col("_fits"), F.lit(None))
         # from_json gives no record at all for a blank value.
-        F.when(value.isNull() | record.isNull(), F.lit("empty record"))
-        .when(~is_text, F.lit("not UTF-8 text (raw_payload is base64)"))
-        .when(record[CORRUPT_RECORD].isNotNull(), F.lit("not a valid record"))
+        .when(text_record.isNull(), F.lit("empty record"))
+        .when(~F.col("_is_utf8"), F.lit("not UTF-8 text (raw_payload is base64)"))
+        .when(text_record[CORRUPT_RECORD].isNotNull(), F.lit("not a valid record"))
     )
-    return raw.select(
-        *[F.when(problem.isNull(), record[name]).alias(name) for name in TRIP_COLUMNS],
+    return decoded.select(
+        F.when(F.col("_fits"), typed_record).alias("_record"),
+        # Only the text of a record that did not fit but is one.
+        F.when(
+            ~F.col("_fits") & F.col("_is_utf8") & text_record[CORRUPT_RECORD].isNull(),
+            text_record,
+        ).alias("_text_record"),
         # Spark's base64 breaks lines every 76 characters; one line is easier to use.
-        F.when(is_text, text)
-        .otherwise(F.regexp_replace(F.base64(value.cast("binary")), r"\s", ""))
+        F.when(F.col("_is_utf8"), F.col("_text"))
+        .otherwise(F.regexp_replace(F.base64(text.cast("binary")), r"\s", ""))
         .alias("raw_payload"),
         problem.alias("_decode_problem"),
-        *_origin_columns(raw),
+        *[F.col(name) for name, _ in _KAFKA_ORIGIN.values()],
     )
 
 
@@ -158,7 +198,8 @@ def _field_columns(raw: DataFrame) -> DataFrame:
     corrupt = F.col(CORRUPT_RECORD) if CORRUPT_RECORD in raw.columns else F.lit(None)
     fields = [F.col(name).cast("string").alias(name) for name in TRIP_COLUMNS]
     return raw.select(
-        *fields,
+        F.lit(None).cast(_json_schema(_DECODED_KINDS)).alias("_record"),
+        F.when(corrupt.isNull(), F.struct(*fields)).alias("_text_record"),
         F.coalesce(corrupt, F.to_json(F.struct(*fields))).alias("raw_payload"),
         F.when(corrupt.isNotNull(), F.lit("not a valid record")).alias("_decode_problem"),
         *_origin_columns(raw),
@@ -172,15 +213,17 @@ def _origin_columns(raw: DataFrame) -> list[Column]:
     ]
 
 
-def split_valid_trips(
+def check_trips(
     parsed_trips: DataFrame, taxi_zones: DataFrame, validation: dict[str, Any]
-) -> tuple[DataFrame, DataFrame]:
-    """Splits parsed trips into valid trips and quarantined records.
+) -> DataFrame:
+    """Checks every parsed trip against the rules and names what each breaks.
 
     A trip is rejected when it did not parse, when its dropoff is before its
     pickup or more than ``max_trip_hours`` after it, when a money or distance
     field is negative, when a fare or total exceeds ``max_amount``, or when a
-    location ID is not in the zone lookup.
+    location ID is not in the zone lookup. Rejected trips stay in the output,
+    with their reasons and raw payload (the quarantine), so that every record
+    read is written exactly once, in one table, by one query.
 
     Args:
         parsed_trips: Output of ``parse_trips``.
@@ -188,10 +231,10 @@ def split_valid_trips(
         validation: ``max_trip_hours`` and ``max_amount``.
 
     Returns:
-        ``bronze_trips``: the TLC fields plus the ``SOURCE_COLUMNS``;
-        ``quarantined_trips``: ``raw_payload``, ``rejection_reason`` and the
-        ``SOURCE_COLUMNS``. Each micro-batch also reports how many rows it
-        quarantined, as the observed metric ``quarantined``.
+        The TLC fields, ``rejection_reason`` (null for a valid trip; else its
+        reasons, ``; ``-separated), ``raw_payload`` (for rejected trips only)
+        and the ``SOURCE_COLUMNS``. Each micro-batch also reports how many rows
+        it rejected, as the observed metric ``quarantined``.
     """
     known_ids = F.broadcast(taxi_zones.select("LocationID").dropDuplicates())
     checked = parsed_trips.join(
@@ -237,28 +280,31 @@ def split_valid_trips(
             F.lit("unknown DOLocationID"),
         ),
     ]
-    reasons = F.concat(F.col("problems"), _present(rules))
-    checked = checked.withColumn(
-        "rejection_reason", F.when(F.size(reasons) > 0, F.concat_ws("; ", reasons))
+    checked = checked.select(
+        *TRIP_COLUMNS,
+        _joined([F.col("problems"), *rules]).alias("rejection_reason"),
+        "raw_payload",
+        *SOURCE_COLUMNS,
+    )
+    return checked.select(
+        *TRIP_COLUMNS,
+        "rejection_reason",
+        F.when(F.col("rejection_reason").isNotNull(), F.col("raw_payload")).alias(
+            "raw_payload"
+        ),
+        *SOURCE_COLUMNS,
     ).observe(
         QUARANTINED_METRIC,
         F.count(F.col("rejection_reason")).alias(QUARANTINED_METRIC),
     )
 
-    bronze_trips = checked.filter(F.col("rejection_reason").isNull()).select(
-        *TRIP_COLUMNS, *SOURCE_COLUMNS
-    )
-    quarantined_trips = checked.filter(F.col("rejection_reason").isNotNull()).select(
-        "raw_payload", "rejection_reason", *SOURCE_COLUMNS
-    )
-    return bronze_trips, quarantined_trips
-
 
 def _typed(text: Column, kind: str) -> Column:
     """Parses text into ``kind``, giving null instead of failing."""
-    text = F.trim(text)
     if kind == "timestamp":
-        # pandas' to_json and many producers write epoch milliseconds.
+        # pandas' to_json and many producers write epoch milliseconds. The
+        # pattern comes first: a failed cast costs Spark an exception.
+        text = F.trim(text)
         return F.when(
             text.rlike(r"^-?[0-9]{1,15}$"), F.timestamp_millis(text.try_cast("long"))
         ).otherwise(F.try_to_timestamp(text))
@@ -268,9 +314,17 @@ def _typed(text: Column, kind: str) -> Column:
         return F.when(as_double == F.floor(as_double), as_double.try_cast("int"))
     if kind == "double":
         return text.try_cast("double")
+    text = F.trim(text)
     return F.when(text != "", text)
 
 
-def _present(conditions: list[Column]) -> Column:
-    """The messages of the conditions that hold, as an array without nulls."""
-    return F.filter(F.array(*conditions), lambda message: message.isNotNull())
+def _json_schema(kinds: dict[str, str]) -> str:
+    """A DDL schema of the trip fields, as text unless ``kinds`` types them."""
+    fields = [f"`{name}`: {kinds.get(name, 'string')}" for name in TRIP_COLUMNS]
+    return f"struct<{', '.join([*fields, f'`{CORRUPT_RECORD}`: string'])}>"
+
+
+def _joined(messages: list[Column]) -> Column:
+    """The messages that are not null, ``; ``-separated; null if there are none."""
+    joined = F.concat_ws("; ", *messages)
+    return F.when(joined != "", joined)

@@ -1,6 +1,6 @@
 from kedro.pipeline import Pipeline, node, pipeline
 
-from .nodes import parse_trips, split_valid_trips
+from .nodes import check_trips, parse_trips
 
 
 def create_pipeline(**kwargs) -> Pipeline:
@@ -8,10 +8,10 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             node(parse_trips, "raw_trips", "parsed_trips", name="parse_trips"),
             node(
-                split_valid_trips,
+                check_trips,
                 ["parsed_trips", "taxi_zones", "params:validation"],
-                ["bronze_trips", "quarantined_trips"],
-                name="split_valid_trips",
+                "bronze_trips",
+                name="check_trips",
             ),
         ]
     )
