@@ -78,16 +78,19 @@ def aggregate(spark: SparkSession, zones_csv: str, out: Path) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("project", type=Path, help="a generated project (its spark.yml and data)")
+    parser.add_argument(
+        "project", type=Path, help="a generated project (its spark.yml and data)"
+    )
     parser.add_argument("out", type=Path, help="where the tables and checkpoints go")
-    parser.add_argument("--stage", choices=("ingest", "aggregate", "all"), default="all")
+    parser.add_argument(
+        "--stage", choices=("ingest", "aggregate", "all"), default="all"
+    )
     args = parser.parse_args()
 
     spark_conf = yaml.safe_load((args.project / "conf/base/spark.yml").read_text())
-    spark = (
-        SparkSession.builder.config(map={k: str(v) for k, v in spark_conf.items()})
-        .getOrCreate()
-    )
+    spark = SparkSession.builder.config(
+        map={k: str(v) for k, v in spark_conf.items()}
+    ).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     raw = args.project / "data/01_raw"
     for stage in ("ingest", "aggregate"):
@@ -97,7 +100,7 @@ def main() -> None:
                 rows = ingest(spark, str(raw / "trips_landing"), args.out)
             else:
                 rows = aggregate(spark, str(raw / "taxi_zone_lookup.csv"), args.out)
-            print(f"{stage}: {rows} rows in {time.monotonic() - started:.2f} s")  # noqa: T201
+            print(f"{stage}: {rows} rows in {time.monotonic() - started:.2f} s")
     spark.stop()
 
 

@@ -11,6 +11,7 @@ totals, as TLC's refunds do), so the quarantine path does real work too.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import time
 from pathlib import Path
@@ -32,7 +33,9 @@ def trips(rows: int, seed: int = 9) -> pd.DataFrame:
     span = SPAN_PER_MILLION_ROWS.total_seconds() * rows / 1_000_000
     offsets = np.sort(rng.uniform(0, span, rows))
     offsets += rng.uniform(-OUT_OF_ORDER_SECONDS, OUT_OF_ORDER_SECONDS, rows)
-    dropoff = EVENT_TIME_START + pd.to_timedelta(np.clip(offsets, 0, None).round(), unit="s")
+    dropoff = EVENT_TIME_START + pd.to_timedelta(
+        np.clip(offsets, 0, None).round(), unit="s"
+    )
     pickup = dropoff - pd.to_timedelta(rng.integers(120, 3_600, rows), unit="s")
 
     distance = rng.gamma(1.6, 1.8, rows).round(2)
@@ -86,7 +89,7 @@ def write_files(frame: pd.DataFrame, folder: Path, files: int) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths, now = [], time.time()
     bounds = np.linspace(0, len(frame), files + 1).astype(int)
-    for index, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+    for index, (start, stop) in enumerate(itertools.pairwise(bounds)):
         part = frame.iloc[start:stop]
         path = folder / f"trips-{index:04d}.json"
         partial = folder / f".{path.name}.tmp"
@@ -105,7 +108,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=20)
     args = parser.parse_args()
     paths = write_files(trips(args.rows), args.out_dir, args.files)
-    print(f"{args.rows} trips in {len(paths)} files in {args.out_dir}")  # noqa: T201
+    print(f"{args.rows} trips in {len(paths)} files in {args.out_dir}")
 
 
 if __name__ == "__main__":

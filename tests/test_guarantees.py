@@ -30,10 +30,10 @@ from reference import (
     zone_boroughs,
 )
 from test_kafka import CHUNK, bundled_lines, consume_all, point_at_broker
-from test_starter import BOUNDED, assert_matches_reference, kedro_run, read_parquet
+from test_starter import BOUNDED, assert_matches_reference, kedro_run, read_parquet, split_bronze
 
 KILL_POINTS = [
-    "Started streaming query 'quarantined_trips'",  # during the first batch
+    "Started streaming query 'bronze_trips'",        # at the first batch
     "Query bronze_trips batch 3:",                   # between ingest batches
     "Query hourly_borough_summary batch 4:",         # during a later aggregate batch
 ]
@@ -129,8 +129,7 @@ def test_kafka_bad_messages_and_sigkill_at_three_points(
 
     # Valid + quarantined = input, offset by offset, each with its payload.
     tables = project / "data/kafka"
-    bronze = read_parquet(tables, "02_intermediate/bronze_trips")
-    quarantined = read_parquet(tables, "02_intermediate/quarantined_trips")
+    bronze, quarantined = split_bronze(read_parquet(tables, "02_intermediate/bronze_trips"))
     reasons = {offset: check(decode(message), set(boroughs))[1] for offset, message in enumerate(messages)}
     assert sorted(bronze.kafka_offset) == [o for o, reason in reasons.items() if reason is None]
     got = {row.kafka_offset: (row.rejection_reason, row.raw_payload if isinstance(row.raw_payload, str) else None)
@@ -182,7 +181,7 @@ def test_corrupt_files_sigkill_at_three_points(fresh_project, project_bin, proje
     assert_matches_reference(fresh_project, expected)
 
     # Each rejection traces back to its file.
-    quarantined = read_parquet(fresh_project / "data", "02_intermediate/quarantined_trips")
+    _, quarantined = split_bronze(read_parquet(fresh_project / "data", "02_intermediate/bronze_trips"))
     got = Counter((Path(row.source_file).name, row.rejection_reason) for row in quarantined.itertuples())
     want = Counter(
         (path.name, reason)
@@ -235,8 +234,7 @@ def test_sasl_credentials_work_fail_clearly_and_are_never_printed(
     right = run([project_bin / "kedro", "run", "--env", "kafka", "--pipeline", "ingest", *BOUNDED],
                 cwd=project, env=password_env)
     bronze = read_parquet(project / "data/kafka", "02_intermediate/bronze_trips")
-    quarantined = read_parquet(project / "data/kafka", "02_intermediate/quarantined_trips")
-    assert len(bronze) + len(quarantined) == sent and len(bronze) > 0
+    assert len(bronze) == sent and bronze.rejection_reason.isna().any()
 
     shown = [run([project_bin / "kedro", "catalog", command, "--env", "kafka"], cwd=project,
                  env=password_env) for command in ("describe-datasets", "resolve-patterns")]

@@ -110,7 +110,8 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(fresh_project, proje
             p.name[0].isdigit() for p in (bronze_dir / "_spark_metadata").iterdir()
         ):
             return 0
-        return sum(len(pd.read_parquet(path)) for path in committed_files(bronze_dir))
+        # The valid trips: bronze also keeps the rejected records.
+        return sum(pd.read_parquet(path).rejection_reason.isna().sum() for path in committed_files(bronze_dir))
 
     def run_continuously(until, log_name: str) -> None:
         log_path = fresh_project / log_name

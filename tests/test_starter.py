@@ -16,11 +16,16 @@ import pandas as pd
 from conftest import PACKAGE, SHARED_DATA, STARTER_ROOT, quiet_env, run
 from reference import SUMMARY_COLUMNS, csv_batch, expected_outputs, json_landing_batches, zone_boroughs
 
-BOUNDED = ["--params", "trigger=available_now"]
+# Bounded, and one landing file (or bronze file) per micro-batch, as the
+# reference replays them: the watermark then advances file by file.
+FILE_BY_FILE = "max_bytes_per_trigger=1"
+BOUNDED = ["--params", f"trigger=available_now,{FILE_BY_FILE}"]
+# Bounded, as shipped: whatever has landed is one micro-batch.
+AS_SHIPPED = ["--params", "trigger=available_now"]
 
 
-def kedro_run(bin_dir: Path, project: Path, *args: str) -> subprocess.CompletedProcess:
-    return run([bin_dir / "kedro", "run", *args, *BOUNDED], cwd=project, timeout=600)
+def kedro_run(bin_dir: Path, project: Path, *args: str, params=BOUNDED) -> subprocess.CompletedProcess:
+    return run([bin_dir / "kedro", "run", *args, *params], cwd=project, timeout=600)
 
 
 def read_parquet(tables: Path, relative: str) -> pd.DataFrame:
@@ -51,8 +56,7 @@ def committed_files(folder: Path) -> list[Path]:
 def assert_matches_reference(project: Path, expected, output_root: str = "data") -> None:
     """Compares every output of a run with the independent computation."""
     tables = project / output_root
-    bronze = read_parquet(tables, "02_intermediate/bronze_trips")
-    quarantined = read_parquet(tables, "02_intermediate/quarantined_trips")
+    bronze, quarantined = split_bronze(read_parquet(tables, "02_intermediate/bronze_trips"))
     summary = read_parquet(tables, "08_reporting/hourly_borough_summary")
 
     # Bronze: exactly the valid trips, field by field.
@@ -81,9 +85,16 @@ def assert_matches_reference(project: Path, expected, output_root: str = "data")
             ), (column, got_value, want_value)
 
 
-def example_reference(project: Path):
+def split_bronze(bronze: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """bronze_trips' valid trips, and its rejected records (the quarantine)."""
+    rejected = bronze.rejection_reason.notna()
+    return bronze[~rejected], bronze[rejected]
+
+
+def example_reference(project: Path, one_batch: bool = False):
+    batches = json_landing_batches(project / "data/01_raw/trips_landing")
     return expected_outputs(
-        json_landing_batches(project / "data/01_raw/trips_landing"),
+        [[record for batch in batches for record in batch]] if one_batch else batches,
         zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv"),
     )
 
@@ -115,10 +126,11 @@ def test_ingest_then_aggregate_matches_reference(fresh_project, project_bin):
 
 
 def test_plain_run_on_a_fresh_project_matches_reference(fresh_project, project_bin):
-    result = kedro_run(project_bin, fresh_project)
+    # As shipped, the landed files make one micro-batch: no trip is late within it.
+    result = kedro_run(project_bin, fresh_project, params=AS_SHIPPED)
     log = result.stdout + result.stderr
     assert "Waiting for 'bronze_trips' to finish" in log
-    expected = example_reference(fresh_project)
+    expected = example_reference(fresh_project, one_batch=True)
     assert_matches_reference(fresh_project, expected)
 
     # The progress log's totals are the same figures.
@@ -131,12 +143,12 @@ def test_plain_run_on_a_fresh_project_matches_reference(fresh_project, project_b
     }
     lines = sum(len(batch) for batch in json_landing_batches(fresh_project / "data/01_raw/trips_landing"))
     rejected = sum(expected.rejections.values())
-    assert totals["bronze_trips"] == {"batches": 8, "rows_in": lines, "written": len(expected.bronze),
+    assert lines == len(expected.bronze) + rejected
+    assert totals["bronze_trips"] == {"batches": 1, "rows_in": lines, "written": lines,
                                       "quarantined": rejected, "dropped": 0}
-    assert totals["quarantined_trips"]["written"] == totals["quarantined_trips"]["quarantined"] == rejected
     summary = totals["hourly_borough_summary"]
-    assert (summary["rows_in"], summary["written"]) == (len(expected.bronze), len(expected.summary))
-    assert summary["dropped"] == expected.late_trips
+    assert (summary["rows_in"], summary["written"]) == (lines, len(expected.summary))
+    assert summary["dropped"] == expected.late_trips == 0
     assert len(re.findall(r"Query \w+ batch \d+: ", log)) == sum(t["batches"] for t in totals.values())
     # Spark's own logging stays at WARN.
     assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", log, re.MULTILINE)
@@ -214,7 +226,7 @@ def test_kedro_new_from_git_url_interactively(tmp_path):
 
 def test_continuous_run_stops_cleanly_on_sigterm_and_resumes(fresh_project, project_bin):
     """Continuous mode: SIGTERM stops every query, exit 0, checkpoints consistent."""
-    command = [project_bin / "kedro", "run", "--params", "trigger_interval=1 second"]
+    command = [project_bin / "kedro", "run", "--params", f"trigger_interval=1 second,{FILE_BY_FILE}"]
     log_path = fresh_project / "run.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=fresh_project, env=quiet_env(),
@@ -258,4 +270,3 @@ bronze_trips:
     assert result.returncode != 0
     assert "Streaming query 'bronze_trips' failed" in output
     assert "no-such-codec" in output
-    assert "Stopping streaming query 'quarantined_trips'" in output

@@ -1,0 +1,186 @@
+"""Bounded runs side by side: the generated project against a hand-written script.
+
+Creates a project from this starter (its own virtualenv, as a user would),
+fills its landing folder with time-ordered TLC-shaped trips, then alternates,
+round after round, on the same data and with the same PySpark and spark.yml:
+
+- the whole example: ``handwritten.py --stage all`` and
+  ``kedro run --params trigger=available_now``;
+- ingest alone: ``handwritten.py --stage ingest`` and
+  ``kedro run --pipeline ingest --params trigger=available_now``.
+
+Every run starts from empty tables and checkpoints and prints its wall time;
+the summary gives every round, the mean ratio and rows/s.
+
+    python benchmarks/batch.py [--rows 1000000] [--files 20] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STARTER = HERE.parent
+REAL_ZONES = STARTER.parent / "shared/reference-data/taxi_zone_lookup.csv"
+BOUNDED = ["--params", "trigger=available_now"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
+    )
+    parser.add_argument(
+        "--zones",
+        type=Path,
+        default=REAL_ZONES if REAL_ZONES.is_file() else None,
+        help="zone lookup CSV (default: TLC's, if ../shared has it; else the example's)",
+    )
+    args = parser.parse_args()
+
+    project, python = prepare(args.workdir, args.rows, args.files, args.zones)
+    script = [python, HERE / "handwritten.py", project, args.workdir / "handwritten"]
+    kedro = [python.parent / "kedro", "run"]
+    pairs = {
+        "example": (script + ["--stage", "all"], kedro + BOUNDED),
+        "ingest": (
+            script + ["--stage", "ingest"],
+            kedro + ["--pipeline", "ingest", *BOUNDED],
+        ),
+    }
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in pairs}
+    throughput: dict[str, list[str]] = {name: [] for name in pairs}
+    for round_number in range(1, args.rounds + 1):
+        for name, (by_hand, with_kedro) in pairs.items():
+            hand_seconds, hand_output = timed(by_hand, project, args.workdir)
+            kedro_seconds, kedro_output = timed(with_kedro, project, args.workdir)
+            results[name].append((hand_seconds, kedro_seconds))
+            throughput[name].append(rates(hand_output, kedro_output))
+            print(
+                f"round {round_number} {name:8s} hand-written {hand_seconds:6.1f} s"
+                f"   kedro {kedro_seconds:6.1f} s   ratio {kedro_seconds / hand_seconds:.2f}",
+                flush=True,
+            )
+
+    print(f"\n{args.rows:,} rows in {args.files} files, {os.cpu_count()} cores")
+    for name, runs in results.items():
+        ratios = [kedro / hand for hand, kedro in runs]
+        print(
+            f"{name:8s} hand-written {', '.join(f'{h:.1f}' for h, _ in runs)} s; "
+            f"kedro {', '.join(f'{k:.1f}' for _, k in runs)} s; "
+            f"ratio {', '.join(f'{r:.2f}' for r in ratios)} (mean {sum(ratios) / len(ratios):.2f})"
+        )
+        print(f"         rows/s {throughput[name][-1]}")
+
+
+def prepare(
+    workdir: Path, rows: int, files: int, zones: Path | None
+) -> tuple[Path, Path]:
+    """A project from this starter, its virtualenv, and the benchmark's data."""
+    venv = workdir / "venv"
+    python = venv / "bin/python"
+    project = workdir / "bench-project"
+    if not project.is_dir():
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "config.yml").write_text(
+            f"project_name: Bench Project\noutput_dir: {workdir}\n"
+        )
+        subprocess.run(
+            [
+                "kedro",
+                "new",
+                "--starter",
+                str(STARTER),
+                "--config",
+                str(workdir / "config.yml"),
+            ],
+            check=True,
+            env={**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"},
+        )
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, "-r", project / "requirements.txt"], check=True)
+        subprocess.run([*pip, "--no-deps", "-e", project], check=True)
+
+    landing = project / "data/01_raw/trips_landing"
+    stamp = workdir / f"data-{rows}-{files}"
+    if not stamp.exists():
+        shutil.rmtree(landing, ignore_errors=True)
+        subprocess.run(
+            [
+                python,
+                HERE / "trips.py",
+                landing,
+                "--rows",
+                str(rows),
+                "--files",
+                str(files),
+            ],
+            check=True,
+        )
+        for old in workdir.glob("data-*"):
+            old.unlink()
+        stamp.touch()
+    if zones:
+        shutil.copyfile(zones, project / "data/01_raw/taxi_zone_lookup.csv")
+    return project, python
+
+
+def timed(command: list, project: Path, workdir: Path) -> tuple[float, str]:
+    """Runs ``command`` in ``project`` from empty outputs; its wall time and output."""
+    for folder in ("02_intermediate", "08_reporting", "checkpoints"):
+        shutil.rmtree(project / "data" / folder, ignore_errors=True)
+        (project / "data" / folder).mkdir()
+    shutil.rmtree(workdir / "handwritten", ignore_errors=True)
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"}
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(part) for part in command],
+        cwd=project,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.monotonic() - started
+    if result.returncode != 0:
+        sys.exit(f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return seconds, result.stdout + result.stderr
+
+
+def rates(hand_output: str, kedro_output: str) -> str:
+    """Rows/s per step: the script's stages; each of the project's queries,
+    over the time its micro-batches took."""
+    parts = [
+        f"hand-written {stage} {int(rows) / float(seconds):,.0f}"
+        for stage, rows, seconds in re.findall(
+            r"^(\w+): (\d+) rows in ([\d.]+) s", hand_output, re.MULTILINE
+        )
+    ]
+    rows: dict[str, int] = {}
+    millis: dict[str, int] = {}
+    for query, rows_in, ms in re.findall(
+        r"Query (\w+) batch \d+: (\d+) rows in, .*?(\d+) ms", kedro_output
+    ):
+        rows[query] = rows.get(query, 0) + int(rows_in)
+        millis[query] = millis.get(query, 0) + int(ms)
+    parts += [
+        f"kedro {query} {rows[query] * 1000 / max(millis[query], 1):,.0f}"
+        for query in rows
+    ]
+    return "; ".join(parts)
+
+
+if __name__ == "__main__":
+    main()
