@@ -4,7 +4,6 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
-
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -12,8 +11,8 @@ from {{ cookiecutter.python_package }}.pipelines.ingest.nodes import (
     REQUIRED_COLUMNS,
     SOURCE_COLUMNS,
     TRIP_COLUMNS,
-    parse_trips,
     check_trips,
+    parse_trips,
 )
 
 VALIDATION = {"max_trip_hours": 24, "max_amount": 1000}
