@@ -24,6 +24,7 @@ from kedro.framework.hooks import hook_impl
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 from py4j.protocol import Py4JJavaError
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
@@ -286,7 +287,16 @@ class StreamingQueryHooks:
                 return
             if done():
                 return
-            time.sleep(_POLL_SECONDS)
+            # Blocks until a query ends or the poll interval passes, so that a
+            # bounded run goes on the moment its queries finish.
+            active = next((q for q in self._queries.values() if q.isActive), None)
+            if active is None:
+                time.sleep(_POLL_SECONDS)
+                continue
+            try:
+                active.awaitTermination(_POLL_SECONDS)
+            except StreamingQueryException:
+                pass  # reported by the loop, with the query's name
 
     def _stop_all(self) -> None:
         for name, query in self._queries.items():

@@ -95,8 +95,9 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
 
     Returns:
         The TLC fields with their types, ``raw_payload`` (the record as
-        received; base64 when it was not UTF-8 text), ``problems`` (an array
-        of reasons, empty when the record parsed), and the ``SOURCE_COLUMNS``.
+        received; base64 when it was not UTF-8 text), ``problems`` (the
+        reasons, ``; ``-separated; null when the record parsed), and the
+        ``SOURCE_COLUMNS``.
     """
     records = (
         _decode_json_values(raw_trips)
@@ -140,9 +141,9 @@ def _decode_json_values(raw: DataFrame) -> DataFrame:
     value, bytes that are not UTF-8, or text that is not a JSON object each
     get a ``_decode_problem`` and keep their payload.
 
-    Most records are well formed, so each is first decoded straight into the
-    field types (``_typed_record``), which is what Spark's JSON reader does and
-    as fast. Only a record that does not fit those types is decoded again with
+    Most records are well formed, so each is decoded once, straight into the
+    field types, as Spark's JSON reader would (``_record``; datetimes stay
+    text). Only a record that does not fit those types is decoded again with
     every field as text (``_text_record``), so that each field can be typed
     leniently and each problem named.
     """
@@ -194,7 +195,7 @@ def _decode_json_values(raw: DataFrame) -> DataFrame:
 
 
 def _field_columns(raw: DataFrame) -> DataFrame:
-    """One column per TLC field (CSV, parquet) -> the fields as text."""
+    """One column per TLC field (CSV, parquet) -> the fields as text, to type."""
     corrupt = F.col(CORRUPT_RECORD) if CORRUPT_RECORD in raw.columns else F.lit(None)
     fields = [F.col(name).cast("string").alias(name) for name in TRIP_COLUMNS]
     return raw.select(
