@@ -124,14 +124,15 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
         )
 
     source_file = F.input_file_name()
-    return records.select(
+    parsed = records.select(
         *[column.alias(name) for name, column in fields.items()],
         "raw_payload",
-        _joined(problems).alias("problems"),
+        F.concat_ws("; ", *problems).alias("problems"),
         F.when(source_file != "", source_file).alias("source_file"),
         *[F.col(name) for name, _ in _KAFKA_ORIGIN.values()],
         F.current_timestamp().alias("ingested_at"),
     )
+    return parsed.withColumn("problems", _unless_empty("problems"))
 
 
 def _decode_json_values(raw: DataFrame) -> DataFrame:
@@ -283,16 +284,15 @@ def check_trips(
     ]
     checked = checked.select(
         *TRIP_COLUMNS,
-        _joined([F.col("problems"), *rules]).alias("rejection_reason"),
+        F.concat_ws("; ", "problems", *rules).alias("rejection_reason"),
         "raw_payload",
         *SOURCE_COLUMNS,
     )
+    rejected = F.col("rejection_reason") != ""
     return checked.select(
         *TRIP_COLUMNS,
-        "rejection_reason",
-        F.when(F.col("rejection_reason").isNotNull(), F.col("raw_payload")).alias(
-            "raw_payload"
-        ),
+        _unless_empty("rejection_reason"),
+        F.when(rejected, F.col("raw_payload")).alias("raw_payload"),
         *SOURCE_COLUMNS,
     ).observe(
         QUARANTINED_METRIC,
@@ -325,7 +325,10 @@ def _json_schema(kinds: dict[str, str]) -> str:
     return f"struct<{', '.join([*fields, f'`{CORRUPT_RECORD}`: string'])}>"
 
 
-def _joined(messages: list[Column]) -> Column:
-    """The messages that are not null, ``; ``-separated; null if there are none."""
-    joined = F.concat_ws("; ", *messages)
-    return F.when(joined != "", joined)
+def _unless_empty(name: str) -> Column:
+    """A column of ``; ``-joined messages, null when there are none.
+
+    Applied to a column made by the select before, not to the joining
+    expression itself, so that Spark joins the messages once per row.
+    """
+    return F.when(F.col(name) != "", F.col(name)).alias(name)
