@@ -303,11 +303,13 @@ def check_trips(
 def _typed(text: Column, kind: str) -> Column:
     """Parses text into ``kind``, giving null instead of failing."""
     if kind == "timestamp":
-        # pandas' to_json and many producers write epoch milliseconds. The
-        # pattern comes first: a failed cast costs Spark an exception.
-        text = F.trim(text)
+        # pandas' to_json and many producers write epoch milliseconds. A
+        # datetime has a ":", so the pattern is only tried on the rest; and
+        # only digits are cast, since a failed cast costs Spark an exception.
+        digits = F.trim(text)
         return F.when(
-            text.rlike(r"^-?[0-9]{1,15}$"), F.timestamp_millis(text.try_cast("long"))
+            ~text.contains(":") & digits.rlike(r"^-?[0-9]{1,15}$"),
+            F.timestamp_millis(digits.try_cast("long")),
         ).otherwise(F.try_to_timestamp(text))
     if kind == "int":
         # TLC files carry integer codes as floats ("1.0") where values are missing.
