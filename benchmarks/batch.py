@@ -48,7 +48,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    project, python = prepare(args.workdir, args.rows, args.files, args.zones)
+    project, python = bench_project(args.workdir)
+    fill_landing(project, python, args.rows, args.files, args.zones)
     script = [python, HERE / "handwritten.py", project, args.workdir / "handwritten"]
     kedro = [python.parent / "kedro", "run"]
     pairs = {
@@ -83,10 +84,8 @@ def main() -> None:
         print(f"         rows/s {throughput[name][-1]}")
 
 
-def prepare(
-    workdir: Path, rows: int, files: int, zones: Path | None
-) -> tuple[Path, Path]:
-    """A project from this starter, its virtualenv, and the benchmark's data."""
+def bench_project(workdir: Path) -> tuple[Path, Path]:
+    """A project from this starter in ``workdir``, and its virtualenv's python."""
     venv = workdir / "venv"
     python = venv / "bin/python"
     project = workdir / "bench-project"
@@ -112,7 +111,14 @@ def prepare(
         pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         subprocess.run([*pip, "-r", project / "requirements.txt"], check=True)
         subprocess.run([*pip, "--no-deps", "-e", project], check=True)
+    return project, python
 
+
+def fill_landing(
+    project: Path, python: Path, rows: int, files: int, zones: Path | None
+) -> None:
+    """The benchmark's trips in the landing folder (kept while unchanged)."""
+    workdir = project.parent
     landing = project / "data/01_raw/trips_landing"
     stamp = workdir / f"data-{rows}-{files}"
     if not stamp.exists():
@@ -134,7 +140,6 @@ def prepare(
         stamp.touch()
     if zones:
         shutil.copyfile(zones, project / "data/01_raw/taxi_zone_lookup.csv")
-    return project, python
 
 
 def timed(command: list, project: Path, workdir: Path) -> tuple[float, str]:
