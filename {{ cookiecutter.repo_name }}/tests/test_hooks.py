@@ -105,30 +105,37 @@ def test_unknown_run_trigger_names_both_choices():
         run_trigger({"trigger": "sometimes"})
 
 
-def test_progress_log_keeps_totals_not_history(spark, tmp_path):
-    """A long run must not grow the driver: the listener's state stays the same size."""
+def test_progress_log_counts_every_batch_and_keeps_totals_only(spark, tmp_path):
+    """Every report is counted once, however many batches pass between updates,
+    and a long run does not grow the driver: the state is totals, not history."""
     progress = ProgressLog()
-    spark.streams.addListener(progress)
     query_sink = SparkStreamingDataset(
         filepath=str(tmp_path / "out"),
         file_format="parquet",
         save_args={"checkpoint": str(tmp_path / "checkpoint"), "query_name": "ticks",
                    "trigger": {"processingTime": "100 milliseconds"}},
     )
+    query_sink.save(SparkStreamingDataset(file_format="rate", load_args={"rowsPerSecond": 50}).load())
+    query = query_sink.query
+    held = {}
     try:
-        query_sink.save(SparkStreamingDataset(file_format="rate", load_args={"rowsPerSecond": 50}).load())
-        held = {}
         for batches in (3, 12):
-            while progress.last_batch.get("ticks", -1) < batches:
-                assert query_sink.query.exception() is None
-                query_sink.query.awaitTermination(0.2)
+            # Several batches between updates: none may be missed or counted twice.
+            while (query.lastProgress or {"batchId": -1})["batchId"] < batches:
+                assert query.exception() is None
+                query.awaitTermination(0.5)
+            progress.update("ticks", query)
             held[batches] = [(name, sorted(counts)) for name, counts in progress.totals.items()]
     finally:
-        query_sink.query.stop()
-        spark.streams.removeListener(progress)
+        query.stop()
+    progress.update("ticks", query)
+    progress.update("ticks", query)
 
-    assert progress.totals["ticks"]["batches"] >= 12
-    assert progress.totals["ticks"]["rows_written"] == progress.totals["ticks"]["input_rows"] > 0
+    reports = query.recentProgress
+    assert len(reports) < 100  # all of them still held by Spark, to compare with
+    totals = progress.totals["ticks"]
+    assert totals["batches"] == len(reports)
+    assert totals["input_rows"] == sum(report.numInputRows for report in reports) > 0
+    assert totals["rows_written"] == totals["input_rows"]
     # The same keys after 3 and 12 batches: one counter per figure, nothing per batch.
-    assert held[3] == held[12] == [("ticks", sorted(progress.totals["ticks"]))]
-    assert list(progress.last_batch) == ["ticks"]
+    assert held[3] == held[12] == [("ticks", sorted(totals))]

@@ -45,8 +45,10 @@ def summarise_hourly_by_borough(
         ``total_distance``, ``avg_distance``, ``total_fare``, ``avg_fare``,
         ``total_amount``, ``avg_amount``.
     """
+    # Read again for every micro-batch: in one partition, it is deduplicated
+    # without a shuffle stage.
     boroughs = F.broadcast(
-        taxi_zones.dropDuplicates(["LocationID"]).select(
+        taxi_zones.coalesce(1).dropDuplicates(["LocationID"]).select(
             F.col("LocationID").alias("PULocationID"),
             F.col("Borough").alias("pickup_borough"),
         )

@@ -238,7 +238,9 @@ def check_trips(
         and the ``SOURCE_COLUMNS``. Each micro-batch also reports how many rows
         it rejected, as the observed metric ``quarantined``.
     """
-    known_ids = F.broadcast(taxi_zones.select("LocationID").dropDuplicates())
+    # The lookup is read again for every micro-batch; in one partition, it is
+    # deduplicated without a shuffle stage.
+    known_ids = F.broadcast(taxi_zones.select("LocationID").coalesce(1).dropDuplicates())
     checked = parsed_trips.join(
         known_ids.select(
             F.col("LocationID").alias("PULocationID"), F.lit(True).alias("_pu_known")

@@ -1,0 +1,265 @@
+"""Continuous mode at a real event rate: Kafka in, bronze_trips out.
+
+Starts the project's local broker (``kafka_local``), runs
+``kedro run --env kafka --params trigger_interval=1 second`` (both pipelines),
+and produces TLC-shaped trips at ``--rate`` messages/s for ``--seconds``. It
+samples the backlog (messages in the topic that bronze_trips has not
+committed) every few seconds, and measures, for every message, the time from
+its Kafka timestamp (set when produced) to the commit of the micro-batch that
+wrote it to bronze_trips (the batch's entry in the sink's ``_spark_metadata``
+log, from which on readers see it).
+
+    python benchmarks/kafka_rate.py [--rate 5000] [--seconds 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from batch import bench_project
+from trips import trips
+
+TOPIC = "bench-trips"
+PARTITIONS = 2
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=int, default=5000, help="messages per second")
+    parser.add_argument("--seconds", type=int, default=150, help="how long to produce")
+    parser.add_argument(
+        "--warmup", type=int, default=60, help="seconds of JVM warm-up reported apart"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
+    )
+    args = parser.parse_args()
+
+    # The project alone: the trips are produced to Kafka, not landed as files.
+    project, python = bench_project(args.workdir)
+    package = next(
+        p.name for p in (project / "src").iterdir() if (p / "hooks.py").is_file()
+    )
+    tables = project / "data/bench-kafka"
+    for path in (tables, project / "conf/bench-kafka"):
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+    env_dir = project / "conf/bench-kafka"
+    env_dir.mkdir()
+    # conf/kafka as shipped, on a topic and tables of the benchmark's own.
+    for name in ("catalog.yml", "globals.yml"):
+        text = (project / "conf/kafka" / name).read_text()
+        text = text.replace("trips_topic: taxi-trips", f"trips_topic: {TOPIC}")
+        text = text.replace("output_root: data/kafka", "output_root: data/bench-kafka")
+        (env_dir / name).write_text(text)
+
+    lines = [
+        line.encode()
+        for line in trips(args.rate * args.seconds)
+        .to_json(orient="records", lines=True)
+        .splitlines()
+    ]
+    kafka_local = [python, "-m", f"{package}.kafka_local"]
+    subprocess.run([*kafka_local, "start"], cwd=project, check=True)
+    run = None
+    try:
+        from kafka import KafkaConsumer, TopicPartition
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers="localhost:9092")
+        if TOPIC in admin.list_topics():
+            admin.delete_topics([TOPIC])
+            time.sleep(3)
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
+        admin.close()
+
+        log_path = args.workdir / "kafka-run.log"
+        env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"}
+        with log_path.open("w") as log:
+            run = subprocess.Popen(
+                [
+                    python.parent / "kedro",
+                    "run",
+                    "--env",
+                    "bench-kafka",
+                    "--params",
+                    "trigger_interval=1 second", *os.environ.get("EXTRA", "").split(),
+                ],
+                cwd=project,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        while "Streaming queries running" not in log_path.read_text():
+            if run.poll() is not None:
+                sys.exit(log_path.read_text()[-3000:])
+            time.sleep(0.5)
+
+        # Kafka's own load generator (Java), paced at --rate: a Python
+        # producer on these two cores falls behind and its queue would be
+        # counted as latency.
+        payloads = args.workdir / "payloads.txt"
+        payloads.write_bytes(b"\n".join(lines))
+        producer = subprocess.Popen(
+            [
+                "java",
+                "-cp",
+                perf_classpath(python, package),
+                "org.apache.kafka.tools.ProducerPerformance",
+                "--topic",
+                TOPIC,
+                "--num-records",
+                str(args.rate * args.seconds),
+                "--throughput",
+                str(args.rate),
+                "--payload-file",
+                str(payloads),
+                "--producer-props",
+                "bootstrap.servers=localhost:9092",
+                "acks=1",
+                "linger.ms=5",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        consumer = KafkaConsumer(bootstrap_servers="localhost:9092")
+        partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        bronze = tables / "02_intermediate/bronze_trips"
+        checkpoint = tables / "checkpoints/bronze_trips"
+        samples = []
+        started = time.monotonic()
+        while producer.poll() is None:
+            produced = sum(consumer.end_offsets(partitions).values())
+            samples.append(
+                (time.monotonic() - started, produced, committed_offsets(checkpoint))
+            )
+            time.sleep(5)
+        report = producer.stdout.read().strip().splitlines()[-1]
+        produce_seconds = time.monotonic() - started
+        sent = sum(consumer.end_offsets(partitions).values())
+        deadline = time.monotonic() + 120
+        while committed_offsets(checkpoint) < sent and time.monotonic() < deadline:
+            time.sleep(1)
+        drained = time.monotonic() - started - produce_seconds
+        samples.append(
+            (time.monotonic() - started, sent, committed_offsets(checkpoint))
+        )
+        consumer.close()
+    finally:
+        if run and run.poll() is None:
+            run.send_signal(signal.SIGTERM)
+            run.wait(timeout=120)
+        subprocess.run([*kafka_local, "stop"], cwd=project, check=False)
+
+    stamped = commit_latencies(bronze)
+    first = min(produced_at for produced_at, _ in stamped)
+    steady = sorted(latency for at, latency in stamped if at >= first + args.warmup)
+    latencies = sorted(latency for _, latency in stamped)
+    print(
+        f"produced {sent:,} messages in {produce_seconds:.1f} s; the producer: {report}"
+    )
+    print(
+        "backlog (s since start: messages produced but not yet committed to bronze_trips):"
+    )
+    print(
+        "  "
+        + ", ".join(f"{at:.0f}: {produced - done:,}" for at, produced, done in samples)
+    )
+    print(f"backlog drained {drained:.1f} s after the producer stopped")
+    print(
+        f"produce -> bronze commit over {len(latencies):,} rows: "
+        + ", ".join(f"p{q} {quantile(latencies, q / 100):.2f} s" for q in (50, 95, 99))
+        + f", max {latencies[-1]:.2f} s"
+    )
+    print(
+        f"  after the first {args.warmup} s ({len(steady):,} rows): "
+        + ", ".join(f"p{q} {quantile(steady, q / 100):.2f} s" for q in (50, 95, 99))
+        + f", max {steady[-1]:.2f} s"
+    )
+
+
+def perf_classpath(python: Path, package: str) -> str:
+    """Kafka's jars as the project's local broker runs them, plus kafka-tools."""
+    code = (
+        f"from {package}.kafka_local import KAFKA_VERSION as v, cache_root as c; "
+        "print(v); print(c() / v / 'libs')"
+    )
+    version, libs = subprocess.run(
+        [python, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    artifacts = [
+        f"org.apache.kafka:kafka-tools:{version}",
+        "net.sourceforge.argparse4j:argparse4j:0.7.0",
+    ]
+    for artifact in artifacts:
+        subprocess.run(
+            ["mvn", "-q", "dependency:get", f"-Dartifact={artifact}"], check=True
+        )
+    m2 = Path.home() / ".m2/repository"
+    jars = [
+        m2 / f"org/apache/kafka/kafka-tools/{version}/kafka-tools-{version}.jar",
+        m2 / "net/sourceforge/argparse4j/argparse4j/0.7.0/argparse4j-0.7.0.jar",
+    ]
+    return ":".join([*map(str, jars), f"{libs}/*"])
+
+
+def committed_offsets(checkpoint: Path) -> int:
+    """Messages the query has committed: the offsets of its last committed batch."""
+    commits = (
+        [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")]
+        if checkpoint.is_dir()
+        else []
+    )
+    if not commits:
+        return 0
+    offsets = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()[-1]
+    return sum(json.loads(offsets)[TOPIC].values())
+
+
+def commit_latencies(bronze: Path) -> list[tuple[float, float]]:
+    """Per row: when it was produced, and its batch's commit time in the sink
+    log minus that (seconds)."""
+    import pandas as pd
+
+    log = bronze / "_spark_metadata"
+    entries = sorted(
+        (p for p in log.iterdir() if p.name[0].isdigit()),
+        key=lambda p: int(p.name.split(".")[0]),
+    )
+    seen: set[str] = set()
+    latencies: list[tuple[float, float]] = []
+    for entry in entries:
+        files = {
+            json.loads(line)["path"] for line in entry.read_text().splitlines()[1:]
+        } - seen
+        seen |= files
+        committed_at = pd.Timestamp(entry.stat().st_mtime, unit="s", tz="UTC")
+        for path in files:
+            stamps = pd.read_parquet(
+                path.removeprefix("file://"), columns=["kafka_timestamp"]
+            )
+            stamps = pd.to_datetime(stamps.kafka_timestamp, utc=True)
+            produced = (stamps - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+            latencies += zip(produced, (committed_at - stamps).dt.total_seconds())
+    return latencies
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+if __name__ == "__main__":
+    main()
