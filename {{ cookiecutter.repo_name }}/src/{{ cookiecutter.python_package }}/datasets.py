@@ -226,7 +226,7 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         )
         schema = self._schema
         try:
-            if schema is None and self._path:
+            if schema is None and self._path and self._file_format not in SCHEMA_FREE_FORMATS:
                 schema = spark.read.format(self._file_format).load(self._path).schema
             if schema is not None:
                 reader = reader.schema(schema)
