@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 import yaml
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 TRIP_SCHEMA = (
     "VendorID INT, lpep_pickup_datetime TIMESTAMP, lpep_dropoff_datetime TIMESTAMP, "
@@ -32,13 +33,7 @@ ZONE_SCHEMA = "LocationID INT, Borough STRING, Zone STRING, service_zone STRING"
 
 def ingest(spark: SparkSession, landing: str, out: Path) -> int:
     trips = spark.readStream.schema(TRIP_SCHEMA).json(landing)
-    query = (
-        trips.writeStream.format("parquet")
-        .option("checkpointLocation", str(out / "checkpoints/bronze"))
-        .trigger(availableNow=True)
-        .start(str(out / "bronze"))
-    )
-    query.awaitTermination()
+    query = run_bounded(trips, out, "bronze")
     return sum(p["numInputRows"] for p in query.recentProgress)
 
 
@@ -65,15 +60,22 @@ def aggregate(spark: SparkSession, zones_csv: str, out: Path) -> int:
             F.avg("total_amount").alias("avg_amount"),
         )
     )
+    query = run_bounded(summary, out, "summary")
+    return sum(p["numInputRows"] for p in query.recentProgress)
+
+
+def run_bounded(frame: DataFrame, out: Path, name: str) -> StreamingQuery:
+    """Appends ``frame`` to the parquet table ``out/name`` until the data
+    available now is processed."""
     query = (
-        summary.writeStream.format("parquet")
+        frame.writeStream.format("parquet")
         .outputMode("append")
-        .option("checkpointLocation", str(out / "checkpoints/summary"))
+        .option("checkpointLocation", str(out / "checkpoints" / name))
         .trigger(availableNow=True)
-        .start(str(out / "summary"))
+        .start(str(out / name))
     )
     query.awaitTermination()
-    return sum(p["numInputRows"] for p in query.recentProgress)
+    return query
 
 
 def main() -> None:

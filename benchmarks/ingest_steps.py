@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from handwritten import TRIP_SCHEMA, ZONE_SCHEMA
+from handwritten import TRIP_SCHEMA, ZONE_SCHEMA, run_bounded
 
 STEPS = ("json_reader", "from_json", "parse", "ingest")
 
@@ -97,13 +97,7 @@ def run_step(project: Path, step: str, out: Path) -> str:
         trips = nodes.check_trips(nodes.parse_trips(lines), zones, validation)
 
     shutil.rmtree(out, ignore_errors=True)
-    query = (
-        trips.writeStream.format("parquet")
-        .option("checkpointLocation", str(out / "checkpoint"))
-        .trigger(availableNow=True)
-        .start(str(out / "table"))
-    )
-    query.awaitTermination()
+    query = run_bounded(trips, out, "table")
     batch_ms = sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress)
     spark.stop()
     return f"{batch_ms / 1000:.1f}"
