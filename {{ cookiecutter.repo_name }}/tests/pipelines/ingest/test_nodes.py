@@ -181,7 +181,8 @@ def test_ingest_plan_decodes_each_record_once_in_compiled_code(spark, tmp_path):
     """Guards what once made ingest ten times slower than plain Spark.
 
     Each record is decoded once (a second, lenient decoding runs only for a
-    record that does not fit the field types), and no generated method is
+    record that does not fit the field types), the zone lookup needs no
+    shuffle stage in every micro-batch, and no generated method is
     left to the JVM's interpreter: it is either small enough for the JIT, or
     too big for spark.yml's hugeMethodLimit, so that Spark runs the stage
     operator by operator.
@@ -196,9 +197,10 @@ def test_ingest_plan_decodes_each_record_once_in_compiled_code(spark, tmp_path):
     assert plan.count("from_json(") == 2
     assert plan.count("THEN from_json(") == 1
 
-    stages = spark._jvm.org.apache.spark.sql.execution.debug.package.codegenStringSeq(
-        checked._jdf.queryExecution().executedPlan()
-    )
+    executed = checked._jdf.queryExecution().executedPlan()
+    # The zone lookup is read for every micro-batch: deduplicated without a shuffle.
+    assert "Exchange hashpartitioning" not in executed.toString()
+    stages = spark._jvm.org.apache.spark.sql.execution.debug.package.codegenStringSeq(executed)
     largest = max(stages.apply(i)._3().maxMethodCodeSize() for i in range(stages.size()))
     spark_yml = Path(__file__).parents[3] / "conf/base/spark.yml"
     fallback = int(yaml.safe_load(spark_yml.read_text()).get("spark.sql.codegen.hugeMethodLimit", 65535))
