@@ -72,13 +72,13 @@ class ProgressLog:
         seen = self._last_seen.get(name, ("", -1))
         unseen = []
         for report in _reports_newest_first(query):
-            stamp = (report["timestamp"], report["batchId"])
-            if stamp <= seen:
+            if (report["timestamp"], report["batchId"]) <= seen:
                 break
             unseen.append(report)
         for report in reversed(unseen):
             self._log(name, report)
-            self._last_seen[name] = (report["timestamp"], report["batchId"])
+        if unseen:
+            self._last_seen[name] = (unseen[0]["timestamp"], unseen[0]["batchId"])
 
     def _log(self, name: str, report: dict[str, Any]) -> None:
         states = report.get("stateOperators", [])
