@@ -1,7 +1,8 @@
 """Continuous mode at a real event rate: Kafka in, bronze_trips out.
 
 Starts the project's local broker (``kafka_local``), runs
-``kedro run --env kafka --params trigger_interval=1 second`` (both pipelines),
+``kedro run --env kafka --params trigger_interval=1 second`` (both pipelines
+unless ``--pipelines`` says otherwise),
 and produces TLC-shaped trips at ``--rate`` messages/s for ``--seconds``. It
 samples the backlog (messages in the topic that bronze_trips has not
 committed) every few seconds, and measures, for every message, the time from
@@ -39,6 +40,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=150, help="how long to produce")
     parser.add_argument(
         "--warmup", type=int, default=60, help="seconds of JVM warm-up reported apart"
+    )
+    parser.add_argument(
+        "--pipelines", default="__default__", help="what `kedro run` runs (ingest alone: ingest)"
     )
     parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
@@ -91,6 +95,8 @@ def main() -> None:
                     "run",
                     "--env",
                     "bench-kafka",
+                    "--pipelines",
+                    args.pipelines,
                     "--params",
                     "trigger_interval=1 second",
                 ],

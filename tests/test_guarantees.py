@@ -136,7 +136,7 @@ def test_kafka_bad_messages_and_sigkill_at_three_points(
            for row in quarantined.itertuples()}
     assert got == {o: (reason, payload(messages[o])) for o, reason in reasons.items() if reason}
     assert len(bronze) + len(quarantined) == len(messages)
-    assert set(quarantined.kafka_topic) == {trips_topic} and quarantined.ingested_at.notna().all()
+    assert set(quarantined.kafka_topic) == {trips_topic} and quarantined.kafka_timestamp.notna().all()
     for message in bad:  # every bad message was quarantined, not swallowed by chance
         assert reasons[messages.index(message)] is not None
 

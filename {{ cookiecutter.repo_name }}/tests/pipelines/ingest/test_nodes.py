@@ -205,3 +205,37 @@ def test_ingest_plan_decodes_each_record_once_in_compiled_code(spark, tmp_path):
     spark_yml = Path(__file__).parents[3] / "conf/base/spark.yml"
     fallback = int(yaml.safe_load(spark_yml.read_text()).get("spark.sql.codegen.hugeMethodLimit", 65535))
     assert largest <= JIT_METHOD_LIMIT or largest > fallback
+
+
+def test_ingest_query_is_compiled_once_not_per_micro_batch(spark, tmp_path):
+    """Guards the per-batch cost that made continuous runs lag behind Kafka.
+
+    Spark caches generated code by its text, so a query whose code is the
+    same in every micro-batch is compiled once. A value that changes per
+    batch and is written into the code (``current_timestamp()`` is one) makes
+    Spark compile the whole query again for every micro-batch.
+    """
+    zones = spark.createDataFrame([(43, "Manhattan"), (151, "Manhattan")], "LocationID INT, Borough STRING")
+    codegen = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+
+    def run_bronze_query(files: int, name: str) -> int:
+        landing = tmp_path / name / "landing"
+        landing.mkdir(parents=True)
+        for number in range(files):
+            (landing / f"{number}.json").write_text(json.dumps(GOOD) + "\n")
+        lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(landing))
+        query = (
+            check_trips(parse_trips(lines), zones, VALIDATION)
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / name / "bronze"))
+            .option("checkpointLocation", str(tmp_path / name / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        return sum(report["numInputRows"] > 0 for report in query.recentProgress)
+
+    run_bronze_query(1, "first")  # compiles the query's code
+    compiled = codegen.METRIC_COMPILATION_TIME().getCount()
+    assert run_bronze_query(3, "again") == 3
+    assert codegen.METRIC_COMPILATION_TIME().getCount() == compiled

@@ -56,14 +56,16 @@ NON_NEGATIVE_COLUMNS = (
 )
 BOUNDED_AMOUNT_COLUMNS = ("fare_amount", "total_amount")
 CORRUPT_RECORD = "_corrupt_record"
-# Where each row came from: a file, or a Kafka message.
+# Where each row came from: a file, or a Kafka message. There is no
+# processing-time column on purpose: Spark writes a micro-batch's
+# current_timestamp() into the generated code as a constant, so such a column
+# makes Spark compile the whole query again for every micro-batch.
 SOURCE_COLUMNS = (
     "source_file",
     "kafka_topic",
     "kafka_partition",
     "kafka_offset",
     "kafka_timestamp",
-    "ingested_at",
 )
 # Kafka's metadata columns, kept on every row as its origin: name and type.
 _KAFKA_ORIGIN = {
@@ -130,7 +132,6 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
         F.concat_ws("; ", *problems).alias("problems"),
         F.when(source_file != "", source_file).alias("source_file"),
         *[F.col(name) for name, _ in _KAFKA_ORIGIN.values()],
-        F.current_timestamp().alias("ingested_at"),
     )
     return parsed.withColumn("problems", _unless_empty("problems"))
 
