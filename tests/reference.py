@@ -2,8 +2,12 @@
 
 Plain Python and pandas, written from the documented rules (the README of the
 generated project), not from its code: records are parsed, validated, and
-summarised per 1-hour dropoff window and pickup borough with Spark's
-watermark semantics replayed micro-batch by micro-batch.
+summarised per dropoff window and pickup borough with Spark's watermark
+semantics replayed micro-batch by micro-batch.
+
+The rules are this module's own; only their settings (the validation limits,
+the window and the watermark delay) come from the generated project's
+``conf/base/parameters.yml``, through `example_settings`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 KINDS = {
     "VendorID": "int",
@@ -41,16 +46,82 @@ KINDS = {
     "trip_type": "int",
     "congestion_surcharge": "double",
 }
-REQUIRED = ("lpep_pickup_datetime", "lpep_dropoff_datetime", "PULocationID",
-            "DOLocationID", "fare_amount", "total_amount")
-NON_NEGATIVE = ("trip_distance", "fare_amount", "extra", "mta_tax", "tip_amount",
-                "tolls_amount", "improvement_surcharge", "total_amount",
-                "congestion_surcharge")
+REQUIRED = (
+    "lpep_pickup_datetime",
+    "lpep_dropoff_datetime",
+    "PULocationID",
+    "DOLocationID",
+    "fare_amount",
+    "total_amount",
+)
+NON_NEGATIVE = (
+    "trip_distance",
+    "fare_amount",
+    "extra",
+    "mta_tax",
+    "tip_amount",
+    "tolls_amount",
+    "improvement_surcharge",
+    "total_amount",
+    "congestion_surcharge",
+)
 BOUNDED = ("fare_amount", "total_amount")
-MAX_TRIP_HOURS, MAX_AMOUNT = 24, 10000
-WINDOW, WATERMARK_DELAY = timedelta(hours=1), timedelta(minutes=10)
-SUMMARY_COLUMNS = ["trip_count", "avg_passengers", "total_distance", "avg_distance",
-                   "total_fare", "avg_fare", "total_amount", "avg_amount"]
+SUMMARY_COLUMNS = [
+    "trip_count",
+    "avg_passengers",
+    "total_distance",
+    "avg_distance",
+    "total_fare",
+    "avg_fare",
+    "total_amount",
+    "avg_amount",
+]
+
+
+EPOCH = datetime(1970, 1, 1)
+DURATION_UNITS = {
+    "millisecond": timedelta(milliseconds=1),
+    "second": timedelta(seconds=1),
+    "minute": timedelta(minutes=1),
+    "hour": timedelta(hours=1),
+    "day": timedelta(days=1),
+    "week": timedelta(weeks=1),
+}
+
+
+@dataclass(frozen=True)
+class ExampleSettings:
+    """The example's settings, as the generated project configures them."""
+
+    max_trip_hours: float
+    max_amount: float
+    window: timedelta
+    watermark_delay: timedelta
+
+
+def example_settings(project: Path) -> ExampleSettings:
+    """The settings in ``project``'s ``conf/base/parameters.yml``."""
+    parameters = yaml.safe_load((project / "conf/base/parameters.yml").read_text())
+    validation, summary = parameters["validation"], parameters["summary"]
+    return ExampleSettings(
+        max_trip_hours=validation["max_trip_hours"],
+        max_amount=validation["max_amount"],
+        window=parse_duration(summary["window_duration"]),
+        watermark_delay=parse_duration(summary["watermark_delay"]),
+    )
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration as Spark reads one: "1 hour", "10 minutes", "1 hour 30 minutes"."""
+    words = text.strip().lower()
+    if not re.fullmatch(r"(\d+(\.\d+)?\s*[a-z]+\s*)+", words):
+        raise ValueError(f"not a duration: {text!r}")
+    total = timedelta()
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+)", words):
+        if unit.removesuffix("s") not in DURATION_UNITS:
+            raise ValueError(f"unknown unit {unit!r} in {text!r}")
+        total += float(number) * DURATION_UNITS[unit.removesuffix("s")]
+    return total
 
 
 class _Tombstone(str):
@@ -69,7 +140,7 @@ def json_landing_batches(folder: Path) -> list[list[dict | str]]:
 def message_batches(messages: list[bytes | None], size: int) -> list[list[dict | str]]:
     """Kafka messages of one partition, decoded, in micro-batches of ``size``."""
     decoded = [decode(message) for message in messages]
-    return [decoded[start:start + size] for start in range(0, len(decoded), size)]
+    return [decoded[start : start + size] for start in range(0, len(decoded), size)]
 
 
 def text_lines(data: bytes) -> list[bytes]:
@@ -98,12 +169,17 @@ def decode(value: bytes | None) -> dict | str:
 
 def csv_batch(path: Path) -> list[dict]:
     with path.open(newline="") as handle:
-        return [{k: (v if v != "" else None) for k, v in row.items()} for row in csv.DictReader(handle)]
+        return [
+            {k: (v if v != "" else None) for k, v in row.items()}
+            for row in csv.DictReader(handle)
+        ]
 
 
 def zone_boroughs(path: Path) -> dict[int, str]:
     with path.open(newline="") as handle:
-        return {int(row["LocationID"]): row["Borough"] for row in csv.DictReader(handle)}
+        return {
+            int(row["LocationID"]): row["Borough"] for row in csv.DictReader(handle)
+        }
 
 
 def _as_text(record: dict) -> dict:
@@ -126,38 +202,61 @@ def _typed(text: str | None, kind: str):
     if kind == "string":
         return text or None
     if kind == "timestamp":
-        if re.fullmatch(r"-?[0-9]{1,15}", text):
-            return datetime(1970, 1, 1) + timedelta(milliseconds=int(text))
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            return None
-        if moment.tzinfo is not None:
-            moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
-        return moment
+        return _timestamp(text)
+    return _number(text, integer=kind == "int")
+
+
+def _timestamp(text: str) -> datetime | None:
+    if re.fullmatch(r"-?[0-9]{1,15}", text):
+        return EPOCH + timedelta(milliseconds=int(text))
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment
+
+
+def _number(text: str, integer: bool) -> float | int | None:
     try:
         number = float(text)
     except ValueError:
         return None
-    if kind == "int":
-        return int(number) if math.isfinite(number) and number == math.floor(number) else None
+    if integer:
+        return (
+            int(number)
+            if math.isfinite(number) and number == math.floor(number)
+            else None
+        )
     return number
 
 
-def check(record: dict | str, zone_ids: set[int]) -> tuple[dict | None, str | None]:
+def check(
+    record: dict | str, zone_ids: set[int], settings: ExampleSettings
+) -> tuple[dict | None, str | None]:
     """The typed trip and ``None``, or ``None`` and the rejection reason."""
     if isinstance(record, str):
         return None, record
     trip = {name: _typed(record.get(name), kind) for name, kind in KINDS.items()}
     reasons = [f"missing {n}" for n in REQUIRED if record.get(n) is None]
-    reasons += [f"invalid {n}" for n in KINDS if record.get(n) is not None and trip[n] is None]
+    reasons += [
+        f"invalid {n}" for n in KINDS if record.get(n) is not None and trip[n] is None
+    ]
     pickup, dropoff = trip["lpep_pickup_datetime"], trip["lpep_dropoff_datetime"]
     if pickup and dropoff and dropoff < pickup:
         reasons.append("dropoff before pickup")
-    if pickup and dropoff and (dropoff - pickup).total_seconds() > MAX_TRIP_HOURS * 3600:
-        reasons.append(f"trip longer than {MAX_TRIP_HOURS} hours")
-    reasons += [f"negative {n}" for n in NON_NEGATIVE if trip[n] is not None and trip[n] < 0]
-    reasons += [f"{n} above {MAX_AMOUNT}" for n in BOUNDED if trip[n] is not None and trip[n] > MAX_AMOUNT]
+    max_hours, max_amount = settings.max_trip_hours, settings.max_amount
+    if pickup and dropoff and (dropoff - pickup).total_seconds() > max_hours * 3600:
+        reasons.append(f"trip longer than {max_hours} hours")
+    reasons += [
+        f"negative {n}" for n in NON_NEGATIVE if trip[n] is not None and trip[n] < 0
+    ]
+    reasons += [
+        f"{n} above {max_amount}"
+        for n in BOUNDED
+        if trip[n] is not None and trip[n] > max_amount
+    ]
     for name in ("PULocationID", "DOLocationID"):
         if trip[name] is not None and trip[name] not in zone_ids:
             reasons.append(f"unknown {name}")
@@ -173,15 +272,19 @@ class Expected:
     summary: pd.DataFrame | None = None
 
 
-def expected_outputs(batches: list[list[dict | str]], boroughs: dict[int, str]) -> Expected:
+def expected_outputs(
+    batches: list[list[dict | str]], boroughs: dict[int, str], settings: ExampleSettings
+) -> Expected:
     """Replays the two pipelines over micro-batches, one batch per landing file.
 
     Spark's append-mode window aggregation: a window is emitted once the
     watermark (max event time so far minus the delay, advanced after each
     batch) reaches its end; a row is dropped as late when its window ended at
     or before the watermark of the batch before (the late-event watermark
-    trails the eviction watermark by one batch since Spark 3.5).
+    trails the eviction watermark by one batch since Spark 3.5). Windows are
+    tumbling, ``settings.window`` long and aligned on the epoch, as Spark's.
     """
+    window, delay = settings.window, settings.watermark_delay
     out = Expected()
     state: dict[tuple, list[dict]] = defaultdict(list)
     eviction_wm = late_wm = None
@@ -189,43 +292,59 @@ def expected_outputs(batches: list[list[dict | str]], boroughs: dict[int, str]) 
         valid = []
         out.tombstones += sum(1 for record in batch if record is TOMBSTONE)
         for record in batch:
-            trip, reason = check(record, set(boroughs))
+            trip, reason = check(record, set(boroughs), settings)
             if reason:
                 out.rejections[reason] += 1
             else:
                 valid.append(trip)
         out.bronze += valid
         for trip in valid:
-            start = trip["lpep_dropoff_datetime"].replace(minute=0, second=0, microsecond=0)
-            if late_wm is not None and start + WINDOW <= late_wm:
+            start = _window_start(trip["lpep_dropoff_datetime"], window)
+            if late_wm is not None and start + window <= late_wm:
                 out.late_trips += 1
                 continue
             state[(start, boroughs.get(trip["PULocationID"], "Unknown"))].append(trip)
         if valid:
-            batch_wm = max(t["lpep_dropoff_datetime"] for t in valid) - WATERMARK_DELAY
+            batch_wm = max(t["lpep_dropoff_datetime"] for t in valid) - delay
             late_wm = eviction_wm
-            eviction_wm = batch_wm if eviction_wm is None else max(eviction_wm, batch_wm)
+            eviction_wm = (
+                batch_wm if eviction_wm is None else max(eviction_wm, batch_wm)
+            )
 
     rows = []
     for (start, borough), trips in state.items():
-        if eviction_wm is None or start + WINDOW > eviction_wm:
+        if eviction_wm is None or start + window > eviction_wm:
             continue
-        passengers = [t["passenger_count"] for t in trips if t["passenger_count"] is not None]
-        rows.append({
-            "window_start": start,
-            "window_end": start + WINDOW,
-            "pickup_borough": borough,
-            "trip_count": len(trips),
-            "avg_passengers": sum(passengers) / len(passengers) if passengers else float("nan"),
-            "total_distance": _sum(t["trip_distance"] for t in trips),
-            "avg_distance": _mean(t["trip_distance"] for t in trips),
-            "total_fare": sum(t["fare_amount"] for t in trips),
-            "avg_fare": _mean(t["fare_amount"] for t in trips),
-            "total_amount": sum(t["total_amount"] for t in trips),
-            "avg_amount": _mean(t["total_amount"] for t in trips),
-        })
-    out.summary = pd.DataFrame(rows).sort_values(["window_start", "pickup_borough"]).reset_index(drop=True)
+        passengers = [
+            t["passenger_count"] for t in trips if t["passenger_count"] is not None
+        ]
+        rows.append(
+            {
+                "window_start": start,
+                "window_end": start + window,
+                "pickup_borough": borough,
+                "trip_count": len(trips),
+                "avg_passengers": sum(passengers) / len(passengers)
+                if passengers
+                else float("nan"),
+                "total_distance": _sum(t["trip_distance"] for t in trips),
+                "avg_distance": _mean(t["trip_distance"] for t in trips),
+                "total_fare": sum(t["fare_amount"] for t in trips),
+                "avg_fare": _mean(t["fare_amount"] for t in trips),
+                "total_amount": sum(t["total_amount"] for t in trips),
+                "avg_amount": _mean(t["total_amount"] for t in trips),
+            }
+        )
+    out.summary = (
+        pd.DataFrame(rows)
+        .sort_values(["window_start", "pickup_borough"])
+        .reset_index(drop=True)
+    )
     return out
+
+
+def _window_start(moment: datetime, window: timedelta) -> datetime:
+    return EPOCH + (moment - EPOCH) // window * window
 
 
 def _mean(values) -> float:

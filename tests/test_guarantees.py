@@ -18,37 +18,61 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from conftest import PACKAGE, SASL_PASSWORD, SASL_USER, quiet_env, run
 from kafka import KafkaProducer
 from reference import (
     check,
     decode,
+    example_settings,
     expected_outputs,
     json_landing_batches,
     message_batches,
     text_lines,
     zone_boroughs,
 )
-from test_kafka import CHUNK, bundled_lines, consume_all, point_at_broker
-from test_starter import BOUNDED, assert_matches_reference, kedro_run, read_parquet, split_bronze
+from support import (
+    BOUNDED,
+    CHUNK,
+    PACKAGE,
+    SASL_PASSWORD,
+    SASL_USER,
+    assert_matches_reference,
+    bundled_lines,
+    consume_all,
+    kedro_run,
+    point_at_broker,
+    quiet_env,
+    read_parquet,
+    run,
+    split_bronze,
+)
 
+ALL_KAFKA_PIPELINES = "ingest,aggregate,publish"
 KILL_POINTS = [
-    "Started streaming query 'bronze_trips'",        # at the first batch
-    "Query bronze_trips batch 3:",                   # between ingest batches
-    "Query hourly_borough_summary batch 4:",         # during a later aggregate batch
+    "Started streaming query 'bronze_trips'",  # at the first batch
+    "Query bronze_trips batch 3:",  # between ingest batches
+    "Query hourly_borough_summary batch 4:",  # during a later aggregate batch
 ]
 
 
-def run_until_then_kill(bin_dir: Path, project: Path, marker: str, log_path: Path, *args: str) -> None:
+def run_until_then_kill(
+    bin_dir: Path, project: Path, marker: str, log_path: Path, *args: str
+) -> None:
     """Starts a bounded `kedro run`, SIGKILLs its process group once ``marker`` is logged."""
     with log_path.open("w") as log:
-        process = subprocess.Popen([bin_dir / "kedro", "run", *args, *BOUNDED], cwd=project,
-                                   env=quiet_env(), stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [bin_dir / "kedro", "run", *args, *BOUNDED],
+            cwd=project,
+            env=quiet_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 300
             while marker not in log_path.read_text():
-                assert process.poll() is None, f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
+                assert process.poll() is None, (
+                    f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
+                )
                 assert time.monotonic() < deadline, f"never logged {marker!r}"
                 time.sleep(0.2)
         finally:
@@ -59,28 +83,33 @@ def run_until_then_kill(bin_dir: Path, project: Path, marker: str, log_path: Pat
 
 def bad_messages(template: dict) -> list[bytes | None]:
     """Every kind of bad Kafka message the ingest pipeline must quarantine."""
+
     def record(**changes) -> bytes:
         return json.dumps({**template, **changes}).encode()
 
     garbage = random.Random(7).randbytes(300)
     return [
         b"this is not json",
-        b"\xff\xfe" + garbage,                                      # binary, not UTF-8
-        record(passenger_count="two", fare_amount="ten"),           # wrong types
-        record(trip_distance={"km": 3}),                            # an object for a number
-        json.dumps({"VendorID": 2, "store_and_fwd_flag": "N"}).encode(),  # required fields missing
-        b"",                                                        # empty message
-        None,                                                       # null value (tombstone)
-        record(PULocationID="x" * 1_000_000),                       # about 1 MB
-        record(fare_amount=-12.5, total_amount=-14.3),              # negative amounts
-        record(total_amount=99_999_999.0),                          # absurd amount
-        record(lpep_pickup_datetime=template["lpep_dropoff_datetime"],
-               lpep_dropoff_datetime="2024-03-01 05:00:00"),        # dropoff before pickup
-        record(PULocationID=999, DOLocationID=0),                   # unknown location IDs
+        b"\xff\xfe" + garbage,  # binary, not UTF-8
+        record(passenger_count="two", fare_amount="ten"),  # wrong types
+        record(trip_distance={"km": 3}),  # an object for a number
+        # required fields missing
+        json.dumps({"VendorID": 2, "store_and_fwd_flag": "N"}).encode(),
+        b"",  # empty message
+        None,  # null value (tombstone)
+        record(PULocationID="x" * 1_000_000),  # about 1 MB
+        record(fare_amount=-12.5, total_amount=-14.3),  # negative amounts
+        record(total_amount=99_999_999.0),  # absurd amount
+        # dropoff before pickup
+        record(
+            lpep_pickup_datetime=template["lpep_dropoff_datetime"],
+            lpep_dropoff_datetime="2024-03-01 05:00:00",
+        ),
+        record(PULocationID=999, DOLocationID=0),  # unknown location IDs
         b"[]",
         b"42",
         b"null",
-        b'{"VendorID": 2, "lpep_pickup_datetime": "2024-03-',       # truncated
+        b'{"VendorID": 2, "lpep_pickup_datetime": "2024-03-',  # truncated
     ]
 
 
@@ -107,9 +136,12 @@ def test_kafka_bad_messages_and_sigkill_at_three_points(
     lines = bundled_lines(project)
     bad = bad_messages(json.loads(lines[0]))
     messages: list[bytes | None] = [line.encode() for line in lines]
-    for number, message in enumerate(bad):  # spread over the stream, every batch but the first
+    # Spread over the stream, every batch but the first.
+    for number, message in enumerate(bad):
         messages.insert(70 + number * 27, message)
-    producer = KafkaProducer(bootstrap_servers=servers, acks="all", max_request_size=2_000_000)
+    producer = KafkaProducer(
+        bootstrap_servers=servers, acks="all", max_request_size=2_000_000
+    )
     try:
         for message in messages:
             # A tombstone needs a key: Kafka refuses a message with neither.
@@ -120,38 +152,75 @@ def test_kafka_bad_messages_and_sigkill_at_three_points(
         producer.close()
 
     for number, marker in enumerate(KILL_POINTS):
-        run_until_then_kill(project_bin, project, marker, project / f"killed-{number}.log", "--env", "kafka")
-    kedro_run(project_bin, project, "--env", "kafka")
+        run_until_then_kill(
+            project_bin,
+            project,
+            marker,
+            project / f"killed-{number}.log",
+            "--env",
+            "kafka",
+            "--pipelines",
+            ALL_KAFKA_PIPELINES,
+        )
+    kedro_run(
+        project_bin, project, "--env", "kafka", "--pipelines", ALL_KAFKA_PIPELINES
+    )
 
     boroughs = zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv")
-    expected = expected_outputs(message_batches(messages, CHUNK), boroughs)
+    settings = example_settings(project)
+    expected = expected_outputs(message_batches(messages, CHUNK), boroughs, settings)
     assert_matches_reference(project, expected, output_root="data/kafka")
 
     # Valid + quarantined = input, offset by offset, each with its payload.
     tables = project / "data/kafka"
-    bronze, quarantined = split_bronze(read_parquet(tables, "02_intermediate/bronze_trips"))
-    reasons = {offset: check(decode(message), set(boroughs))[1] for offset, message in enumerate(messages)}
-    assert sorted(bronze.kafka_offset) == [o for o, reason in reasons.items() if reason is None]
-    got = {row.kafka_offset: (row.rejection_reason, row.raw_payload if isinstance(row.raw_payload, str) else None)
-           for row in quarantined.itertuples()}
-    assert got == {o: (reason, payload(messages[o])) for o, reason in reasons.items() if reason}
+    bronze, quarantined = split_bronze(
+        read_parquet(tables, "02_intermediate/bronze_trips")
+    )
+    reasons = {
+        offset: check(decode(message), set(boroughs), settings)[1]
+        for offset, message in enumerate(messages)
+    }
+    assert sorted(bronze.kafka_offset) == [
+        o for o, reason in reasons.items() if reason is None
+    ]
+    got = {
+        row.kafka_offset: (
+            row.rejection_reason,
+            row.raw_payload if isinstance(row.raw_payload, str) else None,
+        )
+        for row in quarantined.itertuples()
+    }
+    assert got == {
+        o: (reason, payload(messages[o])) for o, reason in reasons.items() if reason
+    }
     assert len(bronze) + len(quarantined) == len(messages)
-    assert set(quarantined.kafka_topic) == {trips_topic} and quarantined.kafka_timestamp.notna().all()
+    assert (
+        set(quarantined.kafka_topic) == {trips_topic}
+        and quarantined.kafka_timestamp.notna().all()
+    )
     for message in bad:  # every bad message was quarantined, not swallowed by chance
         assert reasons[messages.index(message)] is not None
 
     # The Kafka sink is at least once: every summary row, perhaps more than once.
     summary = read_parquet(tables, "08_reporting/hourly_borough_summary")
     published = {
-        (r.key.decode(), json.loads(r.value)["window_start"][:16], json.loads(r.value)["trip_count"])
+        (
+            r.key.decode(),
+            json.loads(r.value)["window_start"][:16],
+            json.loads(r.value)["trip_count"],
+        )
         for r in consume_all(servers, summary_topic, expected=len(summary))
     }
-    stored = {(row.pickup_borough, row.window_start.isoformat()[:16], row.trip_count)
-              for row in summary.itertuples()}
+    stored = {
+        (row.pickup_borough, row.window_start.isoformat()[:16], row.trip_count)
+        for row in summary.itertuples()
+    }
     assert published == stored
 
 
-def test_corrupt_files_sigkill_at_three_points(fresh_project, project_bin, project_module):
+def test_corrupt_files_sigkill_at_three_points(
+    fresh_project, project_bin, project_module
+):
     """File mode: a file with binary garbage, a JSON array, CRLF line ends and
     blank lines, and a file cut mid-record, through three crashes and a rerun."""
     landing = fresh_project / "data/01_raw/trips_landing"
@@ -159,114 +228,200 @@ def test_corrupt_files_sigkill_at_three_points(fresh_project, project_bin, proje
     more, last = trip_records(8), trip_records(9)
 
     garbage = bytes(b for b in random.Random(3).randbytes(400) if b not in b"\r\n")
-    mixed = [line.encode() for line in more[:20]] + [
-        b"\xff" + garbage,
-        b"[" + more[20].encode() + b"," + more[21].encode() + b"]",
-        b"",
-        b"   ",
-    ] + [line.encode() for line in more[22:]]
-    (landing / "trips-0100.json").write_bytes(b"\r\n".join(mixed[:30]) + b"\n" + b"\n".join(mixed[30:]) + b"\n")
+    mixed = (
+        [line.encode() for line in more[:20]]
+        + [
+            b"\xff" + garbage,
+            b"[" + more[20].encode() + b"," + more[21].encode() + b"]",
+            b"",
+            b"   ",
+        ]
+        + [line.encode() for line in more[22:]]
+    )
+    (landing / "trips-0100.json").write_bytes(
+        b"\r\n".join(mixed[:30]) + b"\n" + b"\n".join(mixed[30:]) + b"\n"
+    )
     whole = "\n".join(last).encode()
-    (landing / "trips-0101.json").write_bytes(whole[: int(len(whole) * 0.6)])  # cut mid-record
+    # Cut mid-record.
+    (landing / "trips-0101.json").write_bytes(whole[: int(len(whole) * 0.6)])
     for offset, name in enumerate(["trips-0100.json", "trips-0101.json"], start=1):
         stamp = time.time() + offset
         os.utime(landing / name, (stamp, stamp))
 
     for number, marker in enumerate(KILL_POINTS):
-        run_until_then_kill(project_bin, fresh_project, marker, fresh_project / f"killed-{number}.log")
+        run_until_then_kill(
+            project_bin, fresh_project, marker, fresh_project / f"killed-{number}.log"
+        )
     kedro_run(project_bin, fresh_project)
 
     zones = fresh_project / "data/01_raw/taxi_zone_lookup.csv"
-    expected = expected_outputs(json_landing_batches(landing), zone_boroughs(zones))
+    settings = example_settings(fresh_project)
+    expected = expected_outputs(
+        json_landing_batches(landing), zone_boroughs(zones), settings
+    )
     assert_matches_reference(fresh_project, expected)
 
     # Each rejection traces back to its file.
-    _, quarantined = split_bronze(read_parquet(fresh_project / "data", "02_intermediate/bronze_trips"))
-    got = Counter((Path(row.source_file).name, row.rejection_reason) for row in quarantined.itertuples())
+    _, quarantined = split_bronze(
+        read_parquet(fresh_project / "data", "02_intermediate/bronze_trips")
+    )
+    got = Counter(
+        (Path(row.source_file).name, row.rejection_reason)
+        for row in quarantined.itertuples()
+    )
     want = Counter(
         (path.name, reason)
         for path in landing.glob("*.json")
         for line in text_lines(path.read_bytes())
-        if (reason := check(decode(line), set(zone_boroughs(zones)))[1])
+        if (reason := check(decode(line), set(zone_boroughs(zones)), settings)[1])
     )
     assert got == want
-    for reason in ("not UTF-8 text (raw_payload is base64)", "not a valid record", "empty record"):
+    for reason in (
+        "not UTF-8 text (raw_payload is base64)",
+        "not a valid record",
+        "empty record",
+    ):
         assert want[("trips-0100.json", reason)] > 0, reason
     assert want[("trips-0101.json", "not a valid record")] == 1
 
 
 def sasl_project(generated_project: Path, tmp_path: Path, broker) -> Path:
-    """A project whose Kafka datasets log in with credentials from conf/local."""
+    """A project on the SASL listener, with conf/kafka as shipped."""
     project = tmp_path / "sasl"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
     point_at_broker(project, broker.sasl_bootstrap_servers)
-    catalog = project / "conf/kafka/catalog.yml"
-    catalog.write_text(catalog.read_text().replace(
-        "  file_format: kafka\n", "  file_format: kafka\n  credentials: kafka\n"))
     return project
 
 
-def write_credentials(project: Path, password: str) -> None:
-    (project / "conf/local/credentials.yml").write_text(
-        f"kafka:\n  security_protocol: SASL_PLAINTEXT\n  username: {SASL_USER}\n"
-        f"  password: {password}\n"
-    )
+def sasl_env(password: str) -> dict[str, str]:
+    """What conf/kafka/credentials.yml reads: no secret is written in a file."""
+    return {
+        "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "KAFKA_SASL_USERNAME": SASL_USER,
+        "KAFKA_SASL_PASSWORD": password,
+    }
 
 
 def test_sasl_credentials_work_fail_clearly_and_are_never_printed(
     generated_project, project_bin, broker_log_on_failure, tmp_path
 ):
     project = sasl_project(generated_project, tmp_path, broker_log_on_failure)
-    trips_topic = (project / "conf/kafka/globals.yml").read_text().split("trips_topic: ")[1].split()[0]
+    trips_topic = (
+        (project / "conf/kafka/globals.yml")
+        .read_text()
+        .split("trips_topic: ")[1]
+        .split()[0]
+    )
 
     # The producer takes its password from the environment, never from the command line.
     produced = run(
-        [project_bin / "python", "-m", f"{PACKAGE}.kafka_client", "produce", "--files", "3",
-         "--partitions", "1", "--topic", trips_topic], cwd=project,
-        env={"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_USERNAME": SASL_USER,
-             "KAFKA_SASL_PASSWORD": SASL_PASSWORD})
+        [
+            project_bin / "python",
+            "-m",
+            f"{PACKAGE}.kafka_client",
+            "produce",
+            "--files",
+            "3",
+            "--partitions",
+            "1",
+            "--topic",
+            trips_topic,
+        ],
+        cwd=project,
+        env=sasl_env(SASL_PASSWORD),
+    )
     sent = int(re.search(r"Sent (\d+) messages", produced.stdout)[1])
     assert sent == 3 * 60 + 1  # three example files, one with a truncated record
 
-    # The right password through credentials.yml, from an environment variable.
-    write_credentials(project, "${oc.env:TAXI_KAFKA_PASSWORD}")
-    password_env = {"TAXI_KAFKA_PASSWORD": SASL_PASSWORD}
-    right = run([project_bin / "kedro", "run", "--env", "kafka", "--pipeline", "ingest", *BOUNDED],
-                cwd=project, env=password_env)
+    # The right password, through conf/kafka/credentials.yml.
+    password_env = sasl_env(SASL_PASSWORD)
+    right = run(
+        [
+            project_bin / "kedro",
+            "run",
+            "--env",
+            "kafka",
+            "--pipelines",
+            "ingest",
+            *BOUNDED,
+        ],
+        cwd=project,
+        env=password_env,
+    )
     bronze = read_parquet(project / "data/kafka", "02_intermediate/bronze_trips")
     assert len(bronze) == sent and bronze.rejection_reason.isna().any()
 
-    shown = [run([project_bin / "kedro", "catalog", command, "--env", "kafka"], cwd=project,
-                 env=password_env) for command in ("describe-datasets", "resolve-patterns")]
+    shown = [
+        run(
+            [project_bin / "kedro", "catalog", command, "--env", "kafka"],
+            cwd=project,
+            env=password_env,
+        )
+        for command in ("describe-datasets", "resolve-patterns")
+    ]
     assert "raw_trips" in shown[-1].output and "credentials" in shown[-1].output
 
     wrong_password = f"wrong-{SASL_PASSWORD[::-1]}"
-    write_credentials(project, wrong_password)
-    wrong = run([project_bin / "kedro", "run", "--env", "kafka", *BOUNDED,
-                 "--params", "kafka_connect_timeout=10"], cwd=project, check=False, timeout=180)
+    wrong = run(
+        [
+            project_bin / "kedro",
+            "run",
+            "--env",
+            "kafka",
+            *BOUNDED,
+            "--params",
+            "kafka_connect_timeout=10",
+        ],
+        cwd=project,
+        env=sasl_env(wrong_password),
+        check=False,
+        timeout=180,
+    )
     assert wrong.returncode != 0
     assert wrong.seconds < 90, f"a wrong password took {wrong.seconds:.0f} s to fail"
     servers = broker_log_on_failure.sasl_bootstrap_servers
     assert f"the Kafka broker at {servers} refused the credentials" in wrong.output
     assert "SaslAuthenticationException" in wrong.output
-    assert "conf/local/credentials.yml" in wrong.output
+    assert "conf/<env>/credentials.yml" in wrong.output
     assert "Started streaming query" not in wrong.output
 
-    outputs = [produced.output, right.output, *(result.output for result in shown), wrong.output]
+    outputs = [
+        produced.output,
+        right.output,
+        *(result.output for result in shown),
+        wrong.output,
+    ]
     for text in outputs:
         assert SASL_PASSWORD not in text and wrong_password not in text
     for path in project.rglob("*"):
-        if path.is_file() and "conf/local" not in str(path) and path.stat().st_size < 50_000_000:
+        if path.is_file() and path.stat().st_size < 50_000_000:
             data = path.read_bytes()
-            assert SASL_PASSWORD.encode() not in data and wrong_password.encode() not in data, path
+            assert (
+                SASL_PASSWORD.encode() not in data
+                and wrong_password.encode() not in data
+            ), path
 
 
-def test_unreachable_broker_fails_within_the_timeout(fresh_project, project_bin, kafka_local):
+def test_unreachable_broker_fails_within_the_timeout(
+    fresh_project, project_bin, kafka_local
+):
     """Nothing listens on the port: the run fails in time, naming the address."""
     address = f"127.0.0.1:{kafka_local._free_ports(1)[0]}"
     point_at_broker(fresh_project, address)
-    result = run([project_bin / "kedro", "run", "--env", "kafka", *BOUNDED,
-                  "--params", "kafka_connect_timeout=5"], cwd=fresh_project, check=False, timeout=180)
+    result = run(
+        [
+            project_bin / "kedro",
+            "run",
+            "--env",
+            "kafka",
+            *BOUNDED,
+            "--params",
+            "kafka_connect_timeout=5",
+        ],
+        cwd=fresh_project,
+        check=False,
+        timeout=180,
+    )
     assert result.returncode != 0
     assert f"the Kafka broker at {address} did not answer within 5 s" in result.output
     assert "Started streaming query" not in result.output

@@ -8,53 +8,44 @@ import os
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pandas as pd
-from conftest import PACKAGE, quiet_env, run
-from kafka import KafkaConsumer, KafkaProducer
-from reference import expected_outputs, json_landing_batches, message_batches, zone_boroughs
-from test_starter import assert_matches_reference, committed_files, kedro_run, read_parquet
-
-CHUNK = 60  # maxOffsetsPerTrigger: the reference replays batches of this many messages
-
-
-def point_at_broker(project: Path, servers: str, chunk: int = CHUNK) -> tuple[str, str]:
-    suffix = uuid.uuid4().hex[:8]
-    trips, summary = f"trips-{suffix}", f"summary-{suffix}"
-    (project / "conf/kafka/globals.yml").write_text(
-        f"output_root: data/kafka\nkafka:\n  bootstrap_servers: {servers}\n"
-        f"  trips_topic: {trips}\n  summary_topic: {summary}\n"
-        f"  max_offsets_per_trigger: {chunk}\n"
-    )
-    return trips, summary
+from kafka import KafkaProducer
+from reference import (
+    example_settings,
+    expected_outputs,
+    json_landing_batches,
+    message_batches,
+    zone_boroughs,
+)
+from support import (
+    CHUNK,
+    PACKAGE,
+    assert_matches_reference,
+    bundled_lines,
+    committed_files,
+    consume_all,
+    kedro_run,
+    point_at_broker,
+    quiet_env,
+    read_parquet,
+    run,
+)
 
 
 def produce(bin_dir: Path, project: Path, *args: str) -> str:
-    return run([bin_dir / "python", "-m", f"{PACKAGE}.kafka_client", "produce", *args], cwd=project).stdout
+    return run(
+        [bin_dir / "python", "-m", f"{PACKAGE}.kafka_client", "produce", *args],
+        cwd=project,
+    ).stdout
 
 
-def bundled_lines(project: Path) -> list[str]:
-    landing = sorted((project / "data/01_raw/trips_landing").glob("*.json"))
-    return [line for path in landing for line in path.read_text().splitlines() if line.strip()]
-
-
-def consume_all(servers: str, topic: str, expected: int, timeout: float = 60) -> list:
-    consumer = KafkaConsumer(topic, bootstrap_servers=servers, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=5000)
-    records, deadline = [], time.monotonic() + timeout
-    try:
-        while len(records) < expected and time.monotonic() < deadline:
-            records += list(consumer)
-    finally:
-        consumer.close()
-    return records
-
-
-def test_kafka_ingest_then_aggregate_matches_reference(generated_project, project_bin, broker_log_on_failure, tmp_path):
-    """The example trips through Kafka, one pipeline at a time, batch for batch
-    as the reference cuts them (CHUNK messages per micro-batch)."""
+def test_kafka_ingest_then_aggregate_matches_reference(
+    generated_project, project_bin, broker_log_on_failure, tmp_path
+):
+    """The example trips through Kafka, one pipeline at a time (publish last),
+    batch for batch as the reference cuts them (CHUNK messages per micro-batch)."""
     servers = broker_log_on_failure.bootstrap_servers
     kafka_project = tmp_path / "kafka"
     run(["cp", "-a", str(generated_project), str(kafka_project)], cwd=tmp_path)
@@ -63,12 +54,14 @@ def test_kafka_ingest_then_aggregate_matches_reference(generated_project, projec
     trips, summary_topic = point_at_broker(kafka_project, servers)
     report = produce(project_bin, kafka_project, "--partitions", "1", "--topic", trips)
     assert f"Sent {len(lines)} messages" in report
-    kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipeline", "ingest")
-    kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipeline", "aggregate")
+    kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipelines", "ingest")
+    kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipelines", "aggregate")
+    kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipelines", "publish")
 
     expected = expected_outputs(
         message_batches([line.encode() for line in lines], CHUNK),
         zone_boroughs(kafka_project / "data/01_raw/taxi_zone_lookup.csv"),
+        example_settings(kafka_project),
     )
     assert expected.late_trips > 0
     assert_matches_reference(kafka_project, expected, output_root="data/kafka")
@@ -80,28 +73,48 @@ def test_kafka_ingest_then_aggregate_matches_reference(generated_project, projec
     assert bronze.kafka_offset.is_unique and bronze.kafka_timestamp.notna().all()
 
     # The summary topic holds the summary rows, as JSON.
-    summary = read_parquet(kafka_project / "data/kafka", "08_reporting/hourly_borough_summary")
+    summary = read_parquet(
+        kafka_project / "data/kafka", "08_reporting/hourly_borough_summary"
+    )
     records = consume_all(servers, summary_topic, expected=len(summary))
-    published = sorted((r.key.decode(), json.loads(r.value)["trip_count"],
-                        json.loads(r.value)["window_start"][:16]) for r in records)
-    stored = sorted((row.pickup_borough, row.trip_count, row.window_start.isoformat()[:16])
-                    for row in summary.itertuples())
+    published = sorted(
+        (
+            r.key.decode(),
+            json.loads(r.value)["trip_count"],
+            json.loads(r.value)["window_start"][:16],
+        )
+        for r in records
+    )
+    stored = sorted(
+        (row.pickup_borough, row.trip_count, row.window_start.isoformat()[:16])
+        for row in summary.itertuples()
+    )
     assert published == stored
 
 
-def test_kafka_continuous_run_two_waves_sigterm_and_restart(fresh_project, project_bin, broker_log_on_failure):
+def test_kafka_continuous_run_two_waves_sigterm_and_restart(
+    fresh_project, project_bin, broker_log_on_failure
+):
     servers = broker_log_on_failure.bootstrap_servers
     trips, _ = point_at_broker(fresh_project, servers, chunk=10_000)
     lines = bundled_lines(fresh_project)
-    first_wave = sum(1 for p in sorted((fresh_project / "data/01_raw/trips_landing").glob("*.json"))[:4]
-                     for line in p.read_text().splitlines() if line.strip())
+    first_wave = sum(
+        1
+        for p in sorted((fresh_project / "data/01_raw/trips_landing").glob("*.json"))[
+            :4
+        ]
+        for line in p.read_text().splitlines()
+        if line.strip()
+    )
     expected_all = expected_outputs(
         json_landing_batches(fresh_project / "data/01_raw/trips_landing"),
         zone_boroughs(fresh_project / "data/01_raw/taxi_zone_lookup.csv"),
+        example_settings(fresh_project),
     )
     expected_first = expected_outputs(
         json_landing_batches(fresh_project / "data/01_raw/trips_landing")[:4],
         zone_boroughs(fresh_project / "data/01_raw/taxi_zone_lookup.csv"),
+        example_settings(fresh_project),
     )
     bronze_dir = fresh_project / "data/kafka/02_intermediate/bronze_trips"
 
@@ -111,15 +124,29 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(fresh_project, proje
         ):
             return 0
         # The valid trips: bronze also keeps the rejected records.
-        return sum(pd.read_parquet(path).rejection_reason.isna().sum() for path in committed_files(bronze_dir))
+        return sum(
+            pd.read_parquet(path).rejection_reason.isna().sum()
+            for path in committed_files(bronze_dir)
+        )
 
     def run_continuously(until, log_name: str) -> None:
         log_path = fresh_project / log_name
         with log_path.open("w") as log:
             process = subprocess.Popen(
-                [project_bin / "kedro", "run", "--env", "kafka", "--params", "trigger_interval=1 second"],
-                cwd=fresh_project, env=quiet_env(), stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [
+                    project_bin / "kedro",
+                    "run",
+                    "--env",
+                    "kafka",
+                    "--params",
+                    "trigger_interval=1 second",
+                ],
+                cwd=fresh_project,
+                env=quiet_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 until(process, log_path)
                 process.send_signal(signal.SIGTERM)
@@ -137,8 +164,15 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(fresh_project, proje
 
     def two_waves(process, log_path):
         # Wave 1 through the project's producer command, wave 2 with kafka-python.
-        produce(project_bin, fresh_project, "--topic", trips, "--count", str(first_wave))
-        wait_for(lambda: bronze_rows() == len(expected_first.bronze), process, log_path, "wave 1")
+        produce(
+            project_bin, fresh_project, "--topic", trips, "--count", str(first_wave)
+        )
+        wait_for(
+            lambda: bronze_rows() == len(expected_first.bronze),
+            process,
+            log_path,
+            "wave 1",
+        )
         producer = KafkaProducer(bootstrap_servers=servers, acks="all")
         try:
             for line in lines[first_wave:]:
@@ -146,13 +180,23 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(fresh_project, proje
             producer.flush()
         finally:
             producer.close()
-        wait_for(lambda: bronze_rows() == len(expected_all.bronze), process, log_path, "wave 2")
+        wait_for(
+            lambda: bronze_rows() == len(expected_all.bronze),
+            process,
+            log_path,
+            "wave 2",
+        )
 
     run_continuously(two_waves, "continuous-1.log")
     count = bronze_rows()
 
     def a_few_idle_batches(process, log_path):
-        wait_for(lambda: "Streaming queries running" in log_path.read_text(), process, log_path, "start")
+        wait_for(
+            lambda: "Streaming queries running" in log_path.read_text(),
+            process,
+            log_path,
+            "start",
+        )
         time.sleep(8)
 
     run_continuously(a_few_idle_batches, "continuous-2.log")
@@ -163,11 +207,18 @@ def test_kafka_local_cli_start_status_stop(fresh_project, project_bin, kafka_loc
     """The documented commands: start returns once the broker answers, stop ends it."""
     state_file = fresh_project / "data/kafka/broker.json"
     cli = [project_bin / "python", "-m", f"{PACKAGE}.kafka_local"]
-    started = run([*cli, "start", "--port", "0", "--state-file", str(state_file)], cwd=fresh_project)
+    started = run(
+        [*cli, "start", "--port", "0", "--state-file", str(state_file)],
+        cwd=fresh_project,
+    )
     state = json.loads(state_file.read_text())
     try:
         assert started.stdout.strip() == state["bootstrap_servers"]
-        status = json.loads(run([*cli, "status", "--state-file", str(state_file)], cwd=fresh_project).stdout)
+        status = json.loads(
+            run(
+                [*cli, "status", "--state-file", str(state_file)], cwd=fresh_project
+            ).stdout
+        )
         assert status["running"] and status["reachable"]
         producer = KafkaProducer(bootstrap_servers=state["bootstrap_servers"])
         try:
@@ -182,14 +233,20 @@ def test_kafka_local_cli_start_status_stop(fresh_project, project_bin, kafka_loc
             kafka_local._terminate(state["pid"], grace=5)
 
 
-def test_wrong_connector_version_stops_the_run_before_any_stream(fresh_project, project_bin):
+def test_wrong_connector_version_stops_the_run_before_any_stream(
+    fresh_project, project_bin
+):
     wrong = fresh_project / "conf/wrong_connector"
     wrong.mkdir()
     (wrong / "spark.yml").write_text(
         "spark.jars.packages: org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1\n"
     )
-    result = run([project_bin / "kedro", "run", "--env", "wrong_connector"],
-                 cwd=fresh_project, check=False, timeout=300)
+    result = run(
+        [project_bin / "kedro", "run", "--env", "wrong_connector"],
+        cwd=fresh_project,
+        check=False,
+        timeout=300,
+    )
     output = result.output
     assert result.returncode != 0
     assert "spark-sql-kafka-0-10_2.12:3.5.1" in output and "Scala 2.13" in output

@@ -23,7 +23,9 @@ def project(tmp_path, monkeypatch, spark):
     for name in ("catalog.yml", "globals.yml"):
         text = (base / name).read_text()
         text = text.replace("filepath: data/", f"filepath: {tmp_path}/data/")
-        (base / name).write_text(text.replace("output_root: data", f"output_root: {tmp_path}/data"))
+        (base / name).write_text(
+            text.replace("output_root: data", f"output_root: {tmp_path}/data")
+        )
     # Paths in the catalog are relative to the working directory.
     monkeypatch.chdir(tmp_path)
     example_data.init(files=FILES)
@@ -51,7 +53,9 @@ def assert_example_summary(spark, valid_trips, late_trips, window_hours):
     windows = sorted({row.window_start for row in summary})
     assert windows == [datetime(2024, 3, 1, hour) for hour in window_hours]
     in_closed_windows = [
-        trip for trip in valid_trips if trip.lpep_dropoff_datetime < datetime(2024, 3, 1, 9)
+        trip
+        for trip in valid_trips
+        if trip.lpep_dropoff_datetime < datetime(2024, 3, 1, 9)
     ]
     assert sum(row.trip_count for row in summary) == len(in_closed_windows) - late_trips
 
@@ -69,7 +73,9 @@ def test_ingest_then_aggregate_file_by_file(project, spark):
     assert len(valid) == FILES * (TRIPS_PER_FILE - INVALID_PER_FILE)
     assert len(bronze) - len(valid) == FILES * INVALID_PER_FILE + 1
     # Two trips of each of the last five files arrive after their window closed.
-    assert_example_summary(spark, valid, late_trips=2 * LATE_FILES, window_hours=(6, 7, 8))
+    assert_example_summary(
+        spark, valid, late_trips=2 * LATE_FILES, window_hours=(6, 7, 8)
+    )
 
     # A second bounded run finds nothing new and writes nothing twice.
     run(project, "ingest")

@@ -79,15 +79,25 @@ def trip_records(file_index: int, trips: int = 60, seed: int = 2024) -> list[str
     if file_index >= 1:
         # Out of order, but within the 10-minute watermark: still counted.
         for record in records[2:4]:
-            record.update(_times(rng, span_start - timedelta(minutes=rng.uniform(1, 6))))
+            record.update(
+                _times(rng, span_start - timedelta(minutes=rng.uniform(1, 6)))
+            )
     if file_index >= FIRST_FILE_WITH_LATE_TRIPS:
         # Beyond the watermark: their window has been emitted already.
         for record in records[:2]:
-            record.update(_times(rng, span_start - timedelta(minutes=rng.uniform(120, 150))))
+            record.update(
+                _times(rng, span_start - timedelta(minutes=rng.uniform(120, 150)))
+            )
 
     records[5]["fare_amount"] = -abs(records[5]["fare_amount"])
-    pickup, dropoff = records[6]["lpep_pickup_datetime"], records[6]["lpep_dropoff_datetime"]
-    records[6]["lpep_pickup_datetime"], records[6]["lpep_dropoff_datetime"] = dropoff, pickup
+    pickup, dropoff = (
+        records[6]["lpep_pickup_datetime"],
+        records[6]["lpep_dropoff_datetime"],
+    )
+    records[6]["lpep_pickup_datetime"], records[6]["lpep_dropoff_datetime"] = (
+        dropoff,
+        pickup,
+    )
     records[7]["PULocationID"] = UNKNOWN_LOCATION_ID
     records[8]["passenger_count"] = "two"
     del records[9]["lpep_dropoff_datetime"]
@@ -111,11 +121,15 @@ def _trip(rng: random.Random, dropoff: datetime) -> dict[str, object]:
     return {
         "VendorID": rng.choice([1, 2]),
         **_times(rng, dropoff),
-        "store_and_fwd_flag": None if rng.random() < NULL_SHARE else rng.choice(["N"] * 19 + ["Y"]),
+        "store_and_fwd_flag": None
+        if rng.random() < NULL_SHARE
+        else rng.choice(["N"] * 19 + ["Y"]),
         "RatecodeID": 1,
         "PULocationID": rng.randint(1, ZONE_COUNT),
         "DOLocationID": rng.randint(1, ZONE_COUNT),
-        "passenger_count": None if rng.random() < NULL_SHARE else rng.choice([1, 1, 1, 2, 3, 5]),
+        "passenger_count": None
+        if rng.random() < NULL_SHARE
+        else rng.choice([1, 1, 1, 2, 3, 5]),
         "trip_distance": distance,
         "fare_amount": fare,
         "extra": extra,
@@ -153,7 +167,9 @@ def write_zones(path: Path = ZONES_FILE) -> Path:
     """Writes the zone lookup CSV."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["LocationID", "Borough", "Zone", "service_zone"])
+        writer = csv.DictWriter(
+            handle, fieldnames=["LocationID", "Borough", "Zone", "service_zone"]
+        )
         writer.writeheader()
         writer.writerows(zone_rows())
     return path
@@ -173,7 +189,9 @@ def write_trip_file(landing_dir: Path, file_index: int, seed: int = 2024) -> Pat
     return path
 
 
-def init(landing_dir: Path = LANDING_DIR, zones_file: Path = ZONES_FILE, files: int = 8) -> None:
+def init(
+    landing_dir: Path = LANDING_DIR, zones_file: Path = ZONES_FILE, files: int = 8
+) -> None:
     """Writes the zone lookup and the first ``files`` landing files.
 
     File modification times are one second apart, in file order: Spark's file
@@ -200,12 +218,19 @@ def produce(landing_dir: Path, files: int, interval: float) -> Iterator[Path]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    init_cmd = commands.add_parser("init", help="write the zone lookup and 8 trip files")
+    init_cmd = commands.add_parser(
+        "init", help="write the zone lookup and 8 trip files"
+    )
     init_cmd.add_argument("--files", type=int, default=8)
     produce_cmd = commands.add_parser("produce", help="drop trip files over time")
-    produce_cmd.add_argument("--files", type=int, default=6, help="how many files (default 6)")
     produce_cmd.add_argument(
-        "--interval", type=float, default=10.0, help="seconds between files (default 10)"
+        "--files", type=int, default=6, help="how many files (default 6)"
+    )
+    produce_cmd.add_argument(
+        "--interval",
+        type=float,
+        default=10.0,
+        help="seconds between files (default 10)",
     )
     for command in (init_cmd, produce_cmd):
         command.add_argument("--landing-dir", type=Path, default=LANDING_DIR)
@@ -213,7 +238,9 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.command == "init":
         init(args.landing_dir, files=args.files)
-        sys.stdout.write(f"Wrote {ZONES_FILE} and {args.files} files to {args.landing_dir}\n")
+        sys.stdout.write(
+            f"Wrote {ZONES_FILE} and {args.files} files to {args.landing_dir}\n"
+        )
     else:
         for path in produce(args.landing_dir, args.files, args.interval):
             sys.stdout.write(f"{path}\n")

@@ -47,11 +47,15 @@ def file_messages(path: Path) -> Iterator[str]:
     if path.suffix == ".parquet":
         import pandas as pd  # noqa: PLC0415 - only this source needs pandas
 
-        yield from pd.read_parquet(path).to_json(orient="records", lines=True).splitlines()
+        yield from (
+            pd.read_parquet(path).to_json(orient="records", lines=True).splitlines()
+        )
         return
     with path.open(newline="") as handle:
         for row in csv.DictReader(handle):
-            yield json.dumps({key: value if value != "" else None for key, value in row.items()})
+            yield json.dumps(
+                {key: value if value != "" else None for key, value in row.items()}
+            )
 
 
 def message_key(line: str) -> bytes | None:
@@ -74,7 +78,9 @@ def security_settings(environ: dict[str, str] = os.environ) -> dict[str, str]:
     return settings
 
 
-def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, **security) -> None:
+def ensure_topic(
+    bootstrap_servers: str, topic: str, partitions: int, **security
+) -> None:
     """Creates ``topic`` unless it exists."""
     from kafka.admin import KafkaAdminClient, NewTopic  # noqa: PLC0415
     from kafka.errors import TopicAlreadyExistsError  # noqa: PLC0415
@@ -123,7 +129,9 @@ def produce(
         for line in messages:
             if count is not None and sent >= count:
                 break
-            futures.append(producer.send(topic, key=message_key(line), value=line.encode()))
+            futures.append(
+                producer.send(topic, key=message_key(line), value=line.encode())
+            )
             sent += 1
             if rate > 0:
                 # Pace against the start, so that slow sends do not add up.
@@ -151,7 +159,9 @@ def watch(bootstrap_servers: str, topic: str, idle_seconds: float, **security) -
         bootstrap_servers=bootstrap_servers,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        consumer_timeout_ms=int(idle_seconds * 1000) if idle_seconds > 0 else float("inf"),
+        consumer_timeout_ms=int(idle_seconds * 1000)
+        if idle_seconds > 0
+        else float("inf"),
         **security,
     )
     seen = 0
@@ -170,28 +180,62 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     defaults = yaml.safe_load(GLOBALS.read_text())["kafka"] if GLOBALS.exists() else {}
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bootstrap-servers", default=defaults.get("bootstrap_servers", "localhost:9092"))
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=defaults.get("bootstrap_servers", "localhost:9092"),
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     produce_cmd = commands.add_parser("produce", help="send taxi trips to a topic")
-    produce_cmd.add_argument("--topic", default=defaults.get("trips_topic", "taxi-trips"))
-    produce_cmd.add_argument("--source", type=Path, help="a TLC .csv or .parquet file (default: the bundled trips)")
-    produce_cmd.add_argument("--files", type=int, default=8, help="bundled example files to send (default 8)")
-    produce_cmd.add_argument("--rate", type=float, default=0.0, help="messages per second (default: as fast as possible)")
-    produce_cmd.add_argument("--count", type=int, help="send at most this many messages")
-    produce_cmd.add_argument("--partitions", type=int, default=3, help="partitions of a new topic (default 3)")
+    produce_cmd.add_argument(
+        "--topic", default=defaults.get("trips_topic", "taxi-trips")
+    )
+    produce_cmd.add_argument(
+        "--source",
+        type=Path,
+        help="a TLC .csv or .parquet file (default: the bundled trips)",
+    )
+    produce_cmd.add_argument(
+        "--files", type=int, default=8, help="bundled example files to send (default 8)"
+    )
+    produce_cmd.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="messages per second (default: as fast as possible)",
+    )
+    produce_cmd.add_argument(
+        "--count", type=int, help="send at most this many messages"
+    )
+    produce_cmd.add_argument(
+        "--partitions",
+        type=int,
+        default=3,
+        help="partitions of a new topic (default 3)",
+    )
 
     watch_cmd = commands.add_parser("watch", help="print a topic's messages")
-    watch_cmd.add_argument("--topic", default=defaults.get("summary_topic", "taxi-hourly-borough-summary"))
-    watch_cmd.add_argument("--idle-seconds", type=float, default=0.0, help="stop after this long without messages")
+    watch_cmd.add_argument(
+        "--topic", default=defaults.get("summary_topic", "taxi-hourly-borough-summary")
+    )
+    watch_cmd.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=0.0,
+        help="stop after this long without messages",
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()
     if args.command == "watch":
-        seen = watch(args.bootstrap_servers, args.topic, args.idle_seconds, **security_settings())
+        seen = watch(
+            args.bootstrap_servers, args.topic, args.idle_seconds, **security_settings()
+        )
         logger.info("%d messages on %s", seen, args.topic)
         return
-    messages = file_messages(args.source) if args.source else bundled_messages(args.files)
+    messages = (
+        file_messages(args.source) if args.source else bundled_messages(args.files)
+    )
     sent = produce(
         messages,
         args.bootstrap_servers,

@@ -158,7 +158,9 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
 
         mvn = os.environ.get("KAFKA_LOCAL_MVN") or shutil.which("mvn")
         if not mvn:
-            raise KafkaLocalError("Maven ('mvn') not found on PATH; set KAFKA_LOCAL_MVN.")
+            raise KafkaLocalError(
+                "Maven ('mvn') not found on PATH; set KAFKA_LOCAL_MVN."
+            )
         (home / "pom.xml").write_text(pom)
         # Copy into a scratch dir and rename, so an interrupted run never leaves
         # a half-filled libs/ that looks usable.
@@ -168,20 +170,37 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
             # -U: re-check artifacts a previous failed run marked as missing
             # (Maven otherwise caches "not found" for a day).  -C: fail, rather
             # than warn, on a checksum mismatch of a downloaded jar.
-            mvn, "-B", "-q", "-U", "-C", "-Dstyle.color=never", "-f", str(home / "pom.xml"),
+            mvn,
+            "-B",
+            "-q",
+            "-U",
+            "-C",
+            "-Dstyle.color=never",
+            "-f",
+            str(home / "pom.xml"),
             "dependency:copy-dependencies",
             f"-DoutputDirectory={staging}",
             "-DincludeScope=runtime",
         ]
         try:
             proc = subprocess.run(
-                cmd, cwd=home, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False,
+                cmd,
+                cwd=home,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
-            raise KafkaLocalError(f"mvn timed out after {timeout}s: {' '.join(cmd)}") from exc
+            raise KafkaLocalError(
+                f"mvn timed out after {timeout}s: {' '.join(cmd)}"
+            ) from exc
         if proc.returncode != 0 or not any(staging.glob("kafka_*.jar")):
-            output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)  # Maven's ANSI colour codes
+            output = re.sub(
+                r"\x1b\[[0-9;]*m", "", proc.stdout
+            )  # Maven's ANSI colour codes
             tail = "\n".join(output.splitlines()[-30:])
             raise KafkaLocalError(
                 f"Could not resolve Kafka {version} from Maven (exit {proc.returncode}).\n"
@@ -226,7 +245,7 @@ class _Reader:
         length = self.int16()
         if length < 0:
             return None
-        raw = self._data[self._pos:self._pos + length]
+        raw = self._data[self._pos : self._pos + length]
         self._pos += length
         return raw.decode("utf-8")
 
@@ -246,14 +265,21 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(buf)
 
 
-def _request(sock: socket.socket, api_key: int, api_version: int, body: bytes,
-             correlation_id: int) -> _Reader:
+def _request(
+    sock: socket.socket,
+    api_key: int,
+    api_version: int,
+    body: bytes,
+    correlation_id: int,
+) -> _Reader:
     """Sends one request (header v1) and returns a reader over the response body.
 
     Only non-flexible request versions are used, so the response header is just
     the correlation id.
     """
-    header = struct.pack(">hhi", api_key, api_version, correlation_id) + _encode_string("kafka-local")
+    header = struct.pack(">hhi", api_key, api_version, correlation_id) + _encode_string(
+        "kafka-local"
+    )
     payload = header + body
     sock.sendall(struct.pack(">i", len(payload)) + payload)
     (size,) = struct.unpack(">i", _recv_exact(sock, 4))
@@ -298,7 +324,12 @@ def probe_broker(host: str, port: int, timeout: float = 3.0) -> dict:
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.settimeout(timeout)
         versions = _api_versions(sock)
-        result = {"api_versions": len(versions), "metadata": False, "brokers": [], "cluster_id": None}
+        result = {
+            "api_versions": len(versions),
+            "metadata": False,
+            "brokers": [],
+            "cluster_id": None,
+        }
         low, high = versions.get(_API_METADATA, (0, -1))
         if not low <= _METADATA_VERSION <= high:
             return result  # Unknown broker generation; ApiVersions must suffice.
@@ -307,15 +338,20 @@ def probe_broker(host: str, port: int, timeout: float = 3.0) -> dict:
         reader = _request(sock, _API_METADATA, 4, struct.pack(">ib", 0, 0), 2)
         reader.int32()  # throttle_time_ms
         for _ in range(reader.int32()):
-            node_id, broker_host, broker_port = reader.int32(), reader.string(), reader.int32()
+            node_id, broker_host, broker_port = (
+                reader.int32(),
+                reader.string(),
+                reader.int32(),
+            )
             reader.string()  # rack
             result["brokers"].append((node_id, broker_host, broker_port))
         result["cluster_id"] = reader.string()
         return result
 
 
-def probe_sasl_listener(host: str, port: int, mechanism: str = "PLAIN",
-                        timeout: float = 3.0) -> list[str]:
+def probe_sasl_listener(
+    host: str, port: int, mechanism: str = "PLAIN", timeout: float = 3.0
+) -> list[str]:
     """Checks a SASL listener by doing a SaslHandshake (v1) for ``mechanism``.
 
     Returns:
@@ -360,7 +396,9 @@ def _free_ports(count: int, host: str = HOST) -> list[int]:
     with contextlib.ExitStack() as stack:
         ports = []
         for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock = stack.enter_context(
+                socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            )
             sock.bind((host, 0))
             ports.append(sock.getsockname()[1])
         return ports
@@ -401,14 +439,24 @@ def _jaas_plain_config(users: Mapping[str, str]) -> str:
     options = []
     for user, password in users.items():
         if not _USERNAME_RE.match(user):
-            raise ValueError(f"SASL username {user!r} must match {_USERNAME_RE.pattern}")
+            raise ValueError(
+                f"SASL username {user!r} must match {_USERNAME_RE.pattern}"
+            )
         # Quotes and backslashes would need JAAS-level escaping; not worth it
         # for throwaway local credentials.
-        if any(c in password for c in '"\\') or any(ord(c) < _PRINTABLE.start for c in password):
-            raise ValueError(f"SASL password for {user!r} must not contain quotes, "
-                             "backslashes or control characters")
+        if any(c in password for c in '"\\') or any(
+            ord(c) < _PRINTABLE.start for c in password
+        ):
+            raise ValueError(
+                f"SASL password for {user!r} must not contain quotes, "
+                "backslashes or control characters"
+            )
         options.append(f'user_{user}="{password}"')
-    return "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(options) + ";"
+    return (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        + " ".join(options)
+        + ";"
+    )
 
 
 def _java_executable() -> str:
@@ -454,12 +502,21 @@ def _pid_alive(pid: int) -> bool:
 
 def _pid_cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+        )
     except OSError:
         pass
     try:  # No procfs (macOS).
-        out = subprocess.run(["ps", "-p", str(pid), "-o", "command="],
-                             capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            ["ps", "-p", str(pid), "-o", "command="],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     except OSError:
         return ""
     return out.stdout
@@ -616,7 +673,9 @@ class LocalKafka:
             tail = self.log_tail(60)
             self._stop_quietly()
             if isinstance(exc, Exception) and not isinstance(exc, KafkaLocalError):
-                raise KafkaLocalError(f"Kafka start failed: {exc!r}; broker log tail:\n{tail}") from exc
+                raise KafkaLocalError(
+                    f"Kafka start failed: {exc!r}; broker log tail:\n{tail}"
+                ) from exc
             raise
         return self
 
@@ -734,7 +793,9 @@ class LocalKafka:
             props["sasl.enabled.mechanisms"] = "PLAIN"
             props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] = "PLAIN"
             # Listener-scoped JAAS: no global -Djava.security.auth.login.config.
-            props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = _jaas_plain_config(self.sasl_users)
+            props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
+                _jaas_plain_config(self.sasl_users)
+            )
         props.update(self.extra_properties)
         return props
 
@@ -745,18 +806,30 @@ class LocalKafka:
         self.properties_path = self.data_dir / "server.properties"
         self._choose_ports()
         lines = [f"# Generated by kafka_local.py for Kafka {self.version}"]
-        lines += [f"{key}={_escape_property(str(value))}" for key, value in self._server_properties().items()]
+        lines += [
+            f"{key}={_escape_property(str(value))}"
+            for key, value in self._server_properties().items()
+        ]
         self.properties_path.write_text("\n".join(lines) + "\n", encoding="ascii")
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
 
         self.cluster_id = _new_cluster_id()
         cmd = self._java_cmd(libs, java, "kafka.tools.StorageTool") + [
-            "format", "-t", self.cluster_id, "-c", str(self.properties_path),
+            "format",
+            "-t",
+            self.cluster_id,
+            "-c",
+            str(self.properties_path),
         ]
         try:
             out = subprocess.run(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True, timeout=max(1.0, deadline - time.monotonic()), check=False,
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=max(1.0, deadline - time.monotonic()),
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
             raise KafkaLocalError("Kafka storage format timed out") from exc
@@ -764,19 +837,23 @@ class LocalKafka:
             log.write(out.stdout)
         if out.returncode != 0:
             raise KafkaLocalError(
-                f"Kafka storage format failed (exit {out.returncode}):\n{out.stdout[-4000:]}")
+                f"Kafka storage format failed (exit {out.returncode}):\n{out.stdout[-4000:]}"
+            )
 
     def _java_cmd(self, libs: Path, java: str, main_class: str) -> list[str]:
         return [
             java,
-            "-Xms64m", f"-Xmx{self.heap}",
-            "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-Xms64m",
+            f"-Xmx{self.heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             # Console-only logging needs no flush hook; avoids a spurious WARN at exit.
             "-Dlog4j2.shutdownHookEnabled=false",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
-            "-cp", str(libs / "*"),  # the JVM expands "dir/*" to every jar in dir
+            "-cp",
+            str(libs / "*"),  # the JVM expands "dir/*" to every jar in dir
             main_class,
         ]
 
@@ -784,7 +861,9 @@ class LocalKafka:
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 self._java_cmd(libs, java, "kafka.Kafka") + [str(self.properties_path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 cwd=self.data_dir,
                 # Own session: a terminal Ctrl-C reaches only Python, which then
                 # stops the broker gracefully; also required for --detach.
@@ -800,11 +879,14 @@ class LocalKafka:
             if code is not None:
                 raise KafkaLocalError(
                     f"Kafka broker exited with code {code} during startup. "
-                    f"Log {self.log_path} ends with:\n{self.log_tail(60)}")
+                    f"Log {self.log_path} ends with:\n{self.log_tail(60)}"
+                )
             try:
                 info = probe_broker(HOST, self.port, timeout=2.0)
                 # A KRaft broker lists itself in metadata only once unfenced.
-                if info["metadata"] and not any(b[0] == NODE_ID for b in info["brokers"]):
+                if info["metadata"] and not any(
+                    b[0] == NODE_ID for b in info["brokers"]
+                ):
                     raise ConnectionError("broker not registered yet (fenced)")
                 if self.sasl_users:
                     probe_sasl_listener(HOST, self.sasl_port, "PLAIN", timeout=2.0)
@@ -815,7 +897,8 @@ class LocalKafka:
                 raise KafkaLocalError(
                     f"Kafka broker not ready on {self.bootstrap_servers} within the timeout "
                     f"(last probe error: {last_error!r}). Log {self.log_path} ends with:\n"
-                    f"{self.log_tail(60)}")
+                    f"{self.log_tail(60)}"
+                )
             time.sleep(0.25)
 
 
@@ -824,6 +907,7 @@ def _terminate(pid: int, grace: float, proc: subprocess.Popen | None = None) -> 
 
     When ``proc`` (our own child) is given it is also reaped, so no zombie is left.
     """
+
     def alive() -> bool:
         return proc.poll() is None if proc is not None else _pid_alive(pid)
 
@@ -888,9 +972,15 @@ def _start_locked(args: argparse.Namespace) -> int:
     state_file = Path(args.state_file)
     state = _read_state(state_file)
     if state and _state_is_ours(state):
-        _say(f"Kafka already running (pid {state['pid']}): {state['bootstrap_servers']}", file=sys.stderr)
+        _say(
+            f"Kafka already running (pid {state['pid']}): {state['bootstrap_servers']}",
+            file=sys.stderr,
+        )
         if args.port and not state["bootstrap_servers"].endswith(f":{args.port}"):
-            _say(f"Note: --port {args.port} ignored; stop it first to change ports.", file=sys.stderr)
+            _say(
+                f"Note: --port {args.port} ignored; stop it first to change ports.",
+                file=sys.stderr,
+            )
         _say(state["bootstrap_servers"])
         return 0
 
@@ -899,7 +989,10 @@ def _start_locked(args: argparse.Namespace) -> int:
         port = DEFAULT_CLI_PORT
         if not _port_is_free(port):
             port = None
-            _say(f"Port {DEFAULT_CLI_PORT} is busy; using a free port instead.", file=sys.stderr)
+            _say(
+                f"Port {DEFAULT_CLI_PORT} is busy; using a free port instead.",
+                file=sys.stderr,
+            )
     users = {}
     for spec in args.sasl_user or []:
         user, sep, password = spec.partition(":")
@@ -908,8 +1001,14 @@ def _start_locked(args: argparse.Namespace) -> int:
             return 2
         users[user] = password
 
-    kafka = LocalKafka(version=args.version, port=port, sasl_users=users or None,
-                       sasl_port=args.sasl_port, heap=args.heap, detach=True)
+    kafka = LocalKafka(
+        version=args.version,
+        port=port,
+        sasl_users=users or None,
+        sasl_port=args.sasl_port,
+        heap=args.heap,
+        detach=True,
+    )
     t0 = time.monotonic()
     kafka.start(timeout=args.timeout)
     try:
@@ -921,10 +1020,16 @@ def _start_locked(args: argparse.Namespace) -> int:
     except BaseException:
         kafka.stop()  # a broker nobody can find again must not keep running
         raise
-    _say(f"Kafka {kafka.version} ready in {time.monotonic() - t0:.1f}s "
-          f"(pid {kafka.pid}, log {kafka.log_path}, state {state_file})", file=sys.stderr)
+    _say(
+        f"Kafka {kafka.version} ready in {time.monotonic() - t0:.1f}s "
+        f"(pid {kafka.pid}, log {kafka.log_path}, state {state_file})",
+        file=sys.stderr,
+    )
     if kafka.sasl_bootstrap_servers:
-        _say(f"SASL_PLAINTEXT/PLAIN listener: {kafka.sasl_bootstrap_servers}", file=sys.stderr)
+        _say(
+            f"SASL_PLAINTEXT/PLAIN listener: {kafka.sasl_bootstrap_servers}",
+            file=sys.stderr,
+        )
     _say(kafka.bootstrap_servers)
     return 0
 
@@ -947,7 +1052,11 @@ def _stop_locked(args: argparse.Namespace) -> int:
         _say("Kafka was not running (stale state file).", file=sys.stderr)
     data_dir = state.get("data_dir")
     # Only delete what we created, even if the state file was edited by hand.
-    if data_dir and not args.keep_data and Path(data_dir).name.startswith("kafka-local-"):
+    if (
+        data_dir
+        and not args.keep_data
+        and Path(data_dir).name.startswith("kafka-local-")
+    ):
         shutil.rmtree(data_dir, ignore_errors=True)
     elif data_dir and Path(data_dir).exists():
         _say(f"Data kept in {data_dir}", file=sys.stderr)
@@ -984,19 +1093,34 @@ def _say(*parts: object, file=None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the process exit code."""
-    parser = argparse.ArgumentParser(description="Run a local single-node Kafka broker (KRaft).")
+    parser = argparse.ArgumentParser(
+        description="Run a local single-node Kafka broker (KRaft)."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add_common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--state-file", default=str(DEFAULT_STATE_FILE),
-                       help="where start records the broker (default: %(default)s)")
+        p.add_argument(
+            "--state-file",
+            default=str(DEFAULT_STATE_FILE),
+            help="where start records the broker (default: %(default)s)",
+        )
 
-    p_start = sub.add_parser("start", help="start a detached broker and wait until it is ready")
+    p_start = sub.add_parser(
+        "start", help="start a detached broker and wait until it is ready"
+    )
     add_common(p_start)
-    p_start.add_argument("--port", type=int, default=None,
-                         help=f"PLAINTEXT port (default {DEFAULT_CLI_PORT}, or a free port if busy)")
-    p_start.add_argument("--sasl-user", action="append", metavar="USER:PASSWORD",
-                         help="enable a SASL_PLAINTEXT/PLAIN listener with this user (repeatable)")
+    p_start.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"PLAINTEXT port (default {DEFAULT_CLI_PORT}, or a free port if busy)",
+    )
+    p_start.add_argument(
+        "--sasl-user",
+        action="append",
+        metavar="USER:PASSWORD",
+        help="enable a SASL_PLAINTEXT/PLAIN listener with this user (repeatable)",
+    )
     p_start.add_argument("--sasl-port", type=int, default=None)
     p_start.add_argument("--version", default=KAFKA_VERSION)
     p_start.add_argument("--heap", default="512m")
@@ -1005,15 +1129,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p_stop = sub.add_parser("stop", help="stop the broker recorded in the state file")
     add_common(p_stop)
-    p_stop.add_argument("--keep-data", action="store_true", help="do not delete the data directory")
-    p_stop.add_argument("--grace", type=float, default=20.0, help="seconds before SIGKILL")
+    p_stop.add_argument(
+        "--keep-data", action="store_true", help="do not delete the data directory"
+    )
+    p_stop.add_argument(
+        "--grace", type=float, default=20.0, help="seconds before SIGKILL"
+    )
     p_stop.set_defaults(func=_cmd_stop)
 
-    p_status = sub.add_parser("status", help="print the broker state (exit 3 if not running)")
+    p_status = sub.add_parser(
+        "status", help="print the broker state (exit 3 if not running)"
+    )
     add_common(p_status)
     p_status.set_defaults(func=_cmd_status)
 
-    p_resolve = sub.add_parser("resolve", help="download the Kafka jars and print the libs dir")
+    p_resolve = sub.add_parser(
+        "resolve", help="download the Kafka jars and print the libs dir"
+    )
     p_resolve.add_argument("--version", default=KAFKA_VERSION)
     p_resolve.set_defaults(func=_cmd_resolve)
 

@@ -1,24 +1,23 @@
 """Project pipelines."""
 
+from kedro.framework.project import find_pipelines
 from kedro.pipeline import Pipeline
-
-from .pipelines import aggregate, ingest
 
 
 def register_pipelines() -> dict[str, Pipeline]:
     """Registers the project's pipelines.
 
     ``ingest`` writes the ``bronze_trips`` file sink; ``aggregate`` reads it back
-    as a stream. The default pipeline runs both; the hooks hold ``aggregate``
-    back until ``ingest`` has written history to read.
+    as a stream and writes ``hourly_borough_summary``; ``publish`` reads that
+    as a stream and sends it to Kafka (``--env kafka``). The default pipeline
+    is ``ingest`` and ``aggregate``; the hooks hold a reader back until the
+    table it reads has history.
 
     Returns:
         A mapping from pipeline names to ``Pipeline`` objects.
     """
-    ingest_pipeline = ingest.create_pipeline()
-    aggregate_pipeline = aggregate.create_pipeline()
-    return {
-        "ingest": ingest_pipeline,
-        "aggregate": aggregate_pipeline,
-        "__default__": ingest_pipeline + aggregate_pipeline,
-    }
+    pipelines = find_pipelines()
+    # Kedro finds only the pipelines a run asks for; all when it asks for the default.
+    if "__default__" in pipelines:
+        pipelines["__default__"] = pipelines["ingest"] + pipelines["aggregate"]
+    return pipelines

@@ -29,16 +29,68 @@ def test_summary_per_hour_and_pickup_borough(spark):
     )
 
     assert [tuple(row) for row in rows.collect()] == [
-        (datetime(2024, 3, 1, 6), datetime(2024, 3, 1, 7), "Manhattan", 2, 1.0, 4.0, 2.0, 30.0, 15.0, 38.0, 19.0),
-        (datetime(2024, 3, 1, 7), datetime(2024, 3, 1, 8), "Manhattan", 1, 3.0, 4.0, 4.0, 30.0, 30.0, 33.0, 33.0),
-        (datetime(2024, 3, 1, 7), datetime(2024, 3, 1, 8), "Queens", 1, 2.0, 1.0, 1.0, 5.0, 5.0, 7.0, 7.0),
-        (datetime(2024, 3, 1, 7), datetime(2024, 3, 1, 8), "Unknown", 1, 4.0, 3.0, 3.0, 8.0, 8.0, 9.0, 9.0),
+        (
+            datetime(2024, 3, 1, 6),
+            datetime(2024, 3, 1, 7),
+            "Manhattan",
+            2,
+            1.0,
+            4.0,
+            2.0,
+            30.0,
+            15.0,
+            38.0,
+            19.0,
+        ),
+        (
+            datetime(2024, 3, 1, 7),
+            datetime(2024, 3, 1, 8),
+            "Manhattan",
+            1,
+            3.0,
+            4.0,
+            4.0,
+            30.0,
+            30.0,
+            33.0,
+            33.0,
+        ),
+        (
+            datetime(2024, 3, 1, 7),
+            datetime(2024, 3, 1, 8),
+            "Queens",
+            1,
+            2.0,
+            1.0,
+            1.0,
+            5.0,
+            5.0,
+            7.0,
+            7.0,
+        ),
+        (
+            datetime(2024, 3, 1, 7),
+            datetime(2024, 3, 1, 8),
+            "Unknown",
+            1,
+            4.0,
+            3.0,
+            3.0,
+            8.0,
+            8.0,
+            9.0,
+            9.0,
+        ),
     ]
 
 
 def test_only_valid_trips_reach_the_summary(spark):
     bronze = spark.createDataFrame(
-        [(1, None, None), (2, "negative fare_amount", '{"fare_amount": -5}'), (3, None, None)],
+        [
+            (1, None, None),
+            (2, "negative fare_amount", '{"fare_amount": -5}'),
+            (3, None, None),
+        ],
         "PULocationID INT, rejection_reason STRING, raw_payload STRING",
     )
 

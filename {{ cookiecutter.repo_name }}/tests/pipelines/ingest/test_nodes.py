@@ -49,7 +49,11 @@ def raw_frame(spark: SparkSession, *records: dict, corrupt: list | None = None):
 
 
 def test_parse_types_iso_and_epoch_millis_datetimes(spark):
-    epoch = {**GOOD, "lpep_pickup_datetime": "1609460156000", "lpep_dropoff_datetime": "1609460392000"}
+    epoch = {
+        **GOOD,
+        "lpep_pickup_datetime": "1609460156000",
+        "lpep_dropoff_datetime": "1609460392000",
+    }
     parsed = parse_trips(raw_frame(spark, GOOD, epoch)).collect()
 
     for row in parsed:
@@ -62,7 +66,11 @@ def test_parse_types_iso_and_epoch_millis_datetimes(spark):
 
 
 def test_parse_names_every_problem_and_keeps_the_raw_record(spark):
-    wrong_types = {**GOOD, "passenger_count": "two", "lpep_pickup_datetime": "yesterday"}
+    wrong_types = {
+        **GOOD,
+        "passenger_count": "two",
+        "lpep_pickup_datetime": "yesterday",
+    }
     missing = {key: value for key, value in GOOD.items() if key != "fare_amount"}
     parsed = parse_trips(
         raw_frame(spark, wrong_types, missing, corrupt=['{"VendorID": 2, "lpep_']),
@@ -91,7 +99,10 @@ def test_each_message_gives_one_row_whatever_it_holds(spark):
         b'{"VendorID": 2, "lpep_',
     ]
     messages = spark.createDataFrame(
-        [(value, "trips", 0, offset, datetime(2024, 3, 1)) for offset, value in enumerate(values)],
+        [
+            (value, "trips", 0, offset, datetime(2024, 3, 1))
+            for offset, value in enumerate(values)
+        ],
         "value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP",
     )
     rows = parse_trips(messages).orderBy("kafka_offset").collect()
@@ -100,22 +111,34 @@ def test_each_message_gives_one_row_whatever_it_holds(spark):
     assert [(row.problems, row.raw_payload) for row in rows] == [
         (None, good.decode()),
         ("not a valid record", "not json at all"),
-        ("not UTF-8 text (raw_payload is base64)", base64.b64encode(values[2]).decode()),
+        (
+            "not UTF-8 text (raw_payload is base64)",
+            base64.b64encode(values[2]).decode(),
+        ),
         ("empty record", ""),
         ("empty record", None),
         ("not a valid record", "[]"),
         ("; ".join([*missing, "invalid fare_amount"]), '{"fare_amount": "lots"}'),
         ("not a valid record", '{"VendorID": 2, "lpep_'),
     ]
-    assert rows[0].fare_amount == 5.5 and rows[0].lpep_dropoff_datetime == datetime(2021, 1, 1, 0, 19, 52)
-    assert [(row.kafka_topic, row.kafka_offset) for row in rows] == [("trips", n) for n in range(8)]
+    assert rows[0].fare_amount == 5.5 and rows[0].lpep_dropoff_datetime == datetime(
+        2021, 1, 1, 0, 19, 52
+    )
+    assert [(row.kafka_topic, row.kafka_offset) for row in rows] == [
+        ("trips", n) for n in range(8)
+    ]
 
     lines = spark.createDataFrame([(good.decode(),), ("   ",)], "value STRING")
-    assert [row.problems for row in parse_trips(lines).collect()] == [None, "empty record"]
+    assert [row.problems for row in parse_trips(lines).collect()] == [
+        None,
+        "empty record",
+    ]
 
 
 def test_check_applies_every_rule_and_loses_nothing(spark):
-    zones = spark.createDataFrame([(43, "Manhattan"), (151, "Manhattan")], "LocationID INT, Borough STRING")
+    zones = spark.createDataFrame(
+        [(43, "Manhattan"), (151, "Manhattan")], "LocationID INT, Borough STRING"
+    )
     records = [
         GOOD,
         {**GOOD, "lpep_dropoff_datetime": "2021-01-01 00:10:00"},
@@ -127,11 +150,18 @@ def test_check_applies_every_rule_and_loses_nothing(spark):
     ]
     checked = check_trips(parse_trips(raw_frame(spark, *records)), zones, VALIDATION)
 
-    assert checked.columns == [*TRIP_COLUMNS, "rejection_reason", "raw_payload", *SOURCE_COLUMNS]
+    assert checked.columns == [
+        *TRIP_COLUMNS,
+        "rejection_reason",
+        "raw_payload",
+        *SOURCE_COLUMNS,
+    ]
     rows = checked.collect()
     assert len(rows) == len(records)
     # Only rejected trips keep their payload: valid ones are the typed fields.
-    assert [(row.rejection_reason is None, row.raw_payload is None) for row in rows].count((True, True)) == 1
+    assert [
+        (row.rejection_reason is None, row.raw_payload is None) for row in rows
+    ].count((True, True)) == 1
     assert all(row.raw_payload for row in rows if row.rejection_reason)
     reasons = sorted(row.rejection_reason or "" for row in rows)
     assert reasons == sorted(
@@ -158,7 +188,15 @@ def test_check_ignores_duplicate_zone_ids(spark):
 
 def test_parse_accepts_typed_columns_as_in_tlc_parquet_files(spark):
     typed = spark.createDataFrame(
-        [(datetime(2021, 1, 1, 0, 15, 56), datetime(2021, 1, 1, 0, 19, 52), 1.0, 43, 5.5)],
+        [
+            (
+                datetime(2021, 1, 1, 0, 15, 56),
+                datetime(2021, 1, 1, 0, 19, 52),
+                1.0,
+                43,
+                5.5,
+            )
+        ],
         "lpep_pickup_datetime TIMESTAMP, lpep_dropoff_datetime TIMESTAMP,"
         " passenger_count DOUBLE, PULocationID BIGINT, fare_amount DOUBLE",
     )
@@ -187,7 +225,9 @@ def test_ingest_plan_decodes_each_record_once_in_compiled_code(spark, tmp_path):
     too big for spark.yml's hugeMethodLimit, so that Spark runs the stage
     operator by operator.
     """
-    zones = spark.createDataFrame([(43, "Manhattan"), (151, "Manhattan")], "LocationID INT, Borough STRING")
+    zones = spark.createDataFrame(
+        [(43, "Manhattan"), (151, "Manhattan")], "LocationID INT, Borough STRING"
+    )
     # A file, not a local DataFrame, which Spark would evaluate while planning.
     (tmp_path / "trips.json").write_text(json.dumps(GOOD) + "\n")
     lines = spark.read.text(str(tmp_path))
@@ -200,10 +240,18 @@ def test_ingest_plan_decodes_each_record_once_in_compiled_code(spark, tmp_path):
     executed = checked._jdf.queryExecution().executedPlan()
     # The zone lookup is read for every micro-batch: deduplicated without a shuffle.
     assert "Exchange hashpartitioning" not in executed.toString()
-    stages = spark._jvm.org.apache.spark.sql.execution.debug.package.codegenStringSeq(executed)
-    largest = max(stages.apply(i)._3().maxMethodCodeSize() for i in range(stages.size()))
+    stages = spark._jvm.org.apache.spark.sql.execution.debug.package.codegenStringSeq(
+        executed
+    )
+    largest = max(
+        stages.apply(i)._3().maxMethodCodeSize() for i in range(stages.size())
+    )
     spark_yml = Path(__file__).parents[3] / "conf/base/spark.yml"
-    fallback = int(yaml.safe_load(spark_yml.read_text()).get("spark.sql.codegen.hugeMethodLimit", 65535))
+    fallback = int(
+        yaml.safe_load(spark_yml.read_text()).get(
+            "spark.sql.codegen.hugeMethodLimit", 65535
+        )
+    )
     assert largest <= JIT_METHOD_LIMIT or largest > fallback
 
 
@@ -215,7 +263,9 @@ def test_ingest_query_is_compiled_once_not_per_micro_batch(spark, tmp_path):
     batch and is written into the code (``current_timestamp()`` is one) makes
     Spark compile the whole query again for every micro-batch.
     """
-    zones = spark.createDataFrame([(43, "Manhattan"), (151, "Manhattan")], "LocationID INT, Borough STRING")
+    zones = spark.createDataFrame(
+        [(43, "Manhattan"), (151, "Manhattan")], "LocationID INT, Borough STRING"
+    )
     codegen = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
 
     def run_bronze_query(files: int, name: str) -> int:
@@ -223,7 +273,11 @@ def test_ingest_query_is_compiled_once_not_per_micro_batch(spark, tmp_path):
         landing.mkdir(parents=True)
         for number in range(files):
             (landing / f"{number}.json").write_text(json.dumps(GOOD) + "\n")
-        lines = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(landing))
+        lines = (
+            spark.readStream.format("text")
+            .option("maxFilesPerTrigger", 1)
+            .load(str(landing))
+        )
         query = (
             check_trips(parse_trips(lines), zones, VALIDATION)
             .writeStream.format("parquet")

@@ -48,7 +48,9 @@ def summarise_hourly_by_borough(
     # Read again for every micro-batch: in one partition, it is deduplicated
     # without a shuffle stage.
     boroughs = F.broadcast(
-        taxi_zones.coalesce(1).dropDuplicates(["LocationID"]).select(
+        taxi_zones.coalesce(1)
+        .dropDuplicates(["LocationID"])
+        .select(
             F.col("LocationID").alias("PULocationID"),
             F.col("Borough").alias("pickup_borough"),
         )
@@ -83,22 +85,4 @@ def summarise_hourly_by_borough(
             "total_amount",
             "avg_amount",
         )
-    )
-
-
-def summary_messages(
-    valid_trips: DataFrame, taxi_zones: DataFrame, summary: dict[str, Any]
-) -> DataFrame:
-    """The hourly summary as messages for a Kafka sink.
-
-    A query of its own (one query per sink), computing the same windows as
-    ``summarise_hourly_by_borough`` from the same input.
-
-    Returns:
-        ``key``: the pickup borough; ``value``: the summary row as JSON.
-    """
-    rows = summarise_hourly_by_borough(valid_trips, taxi_zones, summary)
-    return rows.select(
-        F.col("pickup_borough").alias("key"),
-        F.to_json(F.struct(*rows.columns)).alias("value"),
     )

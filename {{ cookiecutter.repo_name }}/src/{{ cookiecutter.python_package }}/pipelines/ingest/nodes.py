@@ -110,7 +110,10 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
     decoded = F.col("_decode_problem").isNull()
     fields, problems = {}, [F.col("_decode_problem")]
     problems += [
-        F.when(decoded & record[name].isNull() & text[name].isNull(), F.lit(f"missing {name}"))
+        F.when(
+            decoded & record[name].isNull() & text[name].isNull(),
+            F.lit(f"missing {name}"),
+        )
         for name in REQUIRED_COLUMNS
     ]
     for name, kind in TRIP_COLUMNS.items():
@@ -152,7 +155,9 @@ def _decode_json_values(raw: DataFrame) -> DataFrame:
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD}
     # Text lines are strings already; Kafka values are bytes (kept as they are,
     # valid UTF-8 or not, so that the payload survives).
-    decoded = raw.select(F.col("value").cast("string").alias("_text"), *_origin_columns(raw))
+    decoded = raw.select(
+        F.col("value").cast("string").alias("_text"), *_origin_columns(raw)
+    )
     text = F.col("_text")
     decoded = decoded.select(
         "*",
@@ -204,7 +209,9 @@ def _field_columns(raw: DataFrame) -> DataFrame:
         F.lit(None).cast(_json_schema(_DECODED_KINDS)).alias("_record"),
         F.when(corrupt.isNull(), F.struct(*fields)).alias("_text_record"),
         F.coalesce(corrupt, F.to_json(F.struct(*fields))).alias("raw_payload"),
-        F.when(corrupt.isNotNull(), F.lit("not a valid record")).alias("_decode_problem"),
+        F.when(corrupt.isNotNull(), F.lit("not a valid record")).alias(
+            "_decode_problem"
+        ),
         *_origin_columns(raw),
     )
 
@@ -241,7 +248,9 @@ def check_trips(
     """
     # The lookup is read again for every micro-batch; in one partition, it is
     # deduplicated without a shuffle stage.
-    known_ids = F.broadcast(taxi_zones.select("LocationID").coalesce(1).dropDuplicates())
+    known_ids = F.broadcast(
+        taxi_zones.select("LocationID").coalesce(1).dropDuplicates()
+    )
     checked = parsed_trips.join(
         known_ids.select(
             F.col("LocationID").alias("PULocationID"), F.lit(True).alias("_pu_known")

@@ -1,18 +1,24 @@
-"""A streaming dataset: one catalog entry per streaming source or sink."""
+"""Streaming sources and sinks as catalog entries, and Spark tables beside them."""
 
 from __future__ import annotations
 
 import importlib
+import json
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
+import fsspec
+from kedro.io import AbstractDataset
 from kedro.io.core import DatasetError
-from kedro_datasets.spark import SparkStreamingDataset as _BaseStreamingDataset
-from pyspark.sql import DataFrame, SparkSession
+from kedro_datasets.spark import SparkDataset as _KedroSparkDataset
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
+
+from .session import spark_session
 
 OUTPUT_MODES = ("append", "complete", "update")
 # Formats whose schema is fixed or carried by the data itself.
@@ -28,22 +34,34 @@ TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous")
 _SECRET_MARKERS = ("jaas", "password", "secret")
 
 
-class SparkStreamingDataset(_BaseStreamingDataset):
+class SparkDataset(_KedroSparkDataset):
+    """kedro-datasets' ``spark.SparkDataset``, on the project's SparkSession.
+
+    Loading or saving starts the session from ``spark.yml`` if nothing has yet,
+    as in ``kedro ipython``, where no pipeline runs.
+    """
+
+    def load(self) -> DataFrame:
+        spark_session()
+        return super().load()
+
+    def save(self, data: DataFrame) -> None:
+        spark_session()
+        super().save(data)
+
+
+class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
     """Loads a streaming DataFrame, or starts a streaming query that saves one.
 
-    Extends ``kedro_datasets.spark.SparkStreamingDataset``:
-
-    * ``save()`` leaves its configuration untouched, so a dataset saves the same
-      way every time (the base class pops ``output_mode`` and ``checkpoint``);
-    * ``trigger``, ``query_name`` and ``foreach_batch`` save arguments;
-    * no path is passed to sources and sinks that have none (Kafka);
-    * ``credentials`` are merged into the options and never described;
-    * the started query is kept in ``query`` for the hooks to watch.
+    Saving starts the query and returns at once; the project's hooks watch it.
+    ``start()`` is the same with a trigger and query name chosen by the caller
+    (the hooks pass the run's). Credentials are merged into the options and
+    never described or logged.
 
     Example:
         ```yaml
         bronze_trips:
-          type: <package>.datasets.SparkStreamingDataset
+          type: <package>.streaming.SparkStreamingDataset
           filepath: data/02_intermediate/bronze_trips
           file_format: parquet
           save_args:
@@ -78,25 +96,36 @@ class SparkStreamingDataset(_BaseStreamingDataset):
                 SASL settings from ``conf/local/credentials.yml``.
             metadata: Ignored by Kedro; free for users and plugins.
         """
-        super().__init__(
-            filepath=filepath,
-            file_format=file_format,
-            load_args=load_args,
-            save_args=save_args,
-            metadata=metadata,
-        )
         self._path = str(filepath) if filepath else None
+        self._file_format = file_format
         self._credentials = dict(credentials or {})
+        self.metadata = metadata
 
+        self._load_args = dict(load_args or {})
+        schema = self._load_args.pop("schema", None)
+        self._schema = _schema_from_file(schema) if isinstance(schema, dict) else schema
+
+        self._save_args = dict(save_args or {})
         save = dict(self._save_args)
         self._output_mode = save.pop("output_mode", "append")
         self._checkpoint = save.pop("checkpoint", None)
         self._partition_by = save.pop("partitionBy", None)
         self._foreach_batch = save.pop("foreach_batch", None)
-        self.trigger: dict[str, Any] | None = save.pop("trigger", None)
-        self.query_name: str | None = save.pop("query_name", None)
+        self._trigger: dict[str, Any] | None = save.pop("trigger", None)
+        self._query_name: str | None = save.pop("query_name", None)
         self._writer_options = save
-        self.query: StreamingQuery | None = None
+        self._query: StreamingQuery | None = None
+        self._started_from: DataFrame | None = None
+
+    @property
+    def query(self) -> StreamingQuery | None:
+        """The query this dataset started last, if any."""
+        return self._query
+
+    @property
+    def trigger(self) -> dict[str, Any] | None:
+        """The trigger of ``save_args``, if any: ``start()`` may be given another."""
+        return self._trigger
 
     @property
     def checkpoint(self) -> str | None:
@@ -125,13 +154,13 @@ class SparkStreamingDataset(_BaseStreamingDataset):
             problems.append(
                 f"has output_mode '{self._output_mode}': use one of {', '.join(OUTPUT_MODES)}"
             )
-        if self.trigger is not None and (
-            not isinstance(self.trigger, dict)
-            or len(self.trigger) != 1
-            or next(iter(self.trigger)) not in TRIGGER_KINDS
+        if self._trigger is not None and (
+            not isinstance(self._trigger, dict)
+            or len(self._trigger) != 1
+            or next(iter(self._trigger)) not in TRIGGER_KINDS
         ):
             problems.append(
-                f"has trigger {self.trigger!r}: use one of "
+                f"has trigger {self._trigger!r}: use one of "
                 + ", ".join(f"'{kind}: ...'" for kind in TRIGGER_KINDS)
             )
         if not self._file_format and not self._foreach_batch:
@@ -141,7 +170,9 @@ class SparkStreamingDataset(_BaseStreamingDataset):
             if not options.get("kafka.bootstrap.servers"):
                 problems.append(_NO_BOOTSTRAP.replace("ARGS", "save_args"))
             if not options.get("topic"):
-                problems.append("writes to Kafka without a topic: add `save_args: {topic: ...}`")
+                problems.append(
+                    "writes to Kafka without a topic: add `save_args: {topic: ...}`"
+                )
         return problems + _secrets_in(self._writer_options, "save_args")
 
     def source_problems(self) -> list[str]:
@@ -154,7 +185,9 @@ class SparkStreamingDataset(_BaseStreamingDataset):
             options = {**self._load_args, **self.kafka_options}
             if not options.get("kafka.bootstrap.servers"):
                 problems.append(_NO_BOOTSTRAP.replace("ARGS", "load_args"))
-            if not any(options.get(key) for key in ("subscribe", "subscribePattern", "assign")):
+            if not any(
+                options.get(key) for key in ("subscribe", "subscribePattern", "assign")
+            ):
                 problems.append(
                     "reads Kafka without a topic: add `load_args: {subscribe: <topic>}`"
                 )
@@ -189,13 +222,19 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         Credentials are either Spark options (``kafka.sasl.jaas.config``...) or
         ``security_protocol``, ``sasl_mechanism``, ``username`` and ``password``.
         """
-        options = {k: str(v) for k, v in self._credentials.items() if k.startswith("kafka.")}
+        options = {
+            k: str(v) for k, v in self._credentials.items() if k.startswith("kafka.")
+        }
         creds = self._credentials
         if creds.get("security_protocol"):
             options["kafka.security.protocol"] = creds["security_protocol"]
         if creds.get("username"):
             mechanism = creds.get("sasl_mechanism", "PLAIN")
-            module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
+            module = (
+                "plain.PlainLoginModule"
+                if mechanism == "PLAIN"
+                else "scram.ScramLoginModule"
+            )
             options["kafka.sasl.mechanism"] = mechanism
             options["kafka.sasl.jaas.config"] = (
                 f"org.apache.kafka.common.security.{module} required "
@@ -220,13 +259,17 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         whereas streaming inference would also open files of a batch still being
         written.
         """
-        spark = SparkSession.builder.getOrCreate()
+        spark = spark_session()
         reader = spark.readStream.format(self._file_format).options(
             **self._load_args, **self.kafka_options
         )
         schema = self._schema
         try:
-            if schema is None and self._path and self._file_format not in SCHEMA_FREE_FORMATS:
+            if (
+                schema is None
+                and self._path
+                and self._file_format not in SCHEMA_FREE_FORMATS
+            ):
                 schema = spark.read.format(self._file_format).load(self._path).schema
             if schema is not None:
                 reader = reader.schema(schema)
@@ -236,36 +279,64 @@ class SparkStreamingDataset(_BaseStreamingDataset):
             if "PATH_NOT_FOUND" in message or "UNABLE_TO_INFER_SCHEMA" in message:
                 raise DatasetError(
                     f"There is nothing to stream from '{self._path}' yet: it holds no "
-                    f"{self._file_format} files. Run the pipeline that writes it first "
-                    "(e.g. `kedro run --pipeline ingest`), or give the source a "
-                    "`schema` in its load_args."
+                    f"{self._file_format} files. Run the pipeline that writes it "
+                    "first, or give the source a `schema` in its load_args."
                 ) from None
             raise
 
     def save(self, data: DataFrame) -> None:
-        """Starts a streaming query that writes ``data`` to this dataset."""
+        """Starts a streaming query that writes ``data``, unless one already does.
+
+        A DataFrame passed to ``start()`` first (as the hooks do) is not started
+        twice.
+        """
+        query = self._query
+        if query is not None and query.isActive and self._started_from is data:
+            return
+        self.start(data)
+
+    def start(
+        self,
+        data: DataFrame,
+        *,
+        trigger: dict[str, Any] | None = None,
+        query_name: str | None = None,
+    ) -> StreamingQuery:
+        """Starts a streaming query that writes ``data`` to this dataset.
+
+        Args:
+            data: A streaming DataFrame.
+            trigger: Keyword arguments of ``DataStreamWriter.trigger``; by
+                default the ``trigger`` of ``save_args``, else Spark's.
+            query_name: By default the ``query_name`` of ``save_args``.
+
+        Returns:
+            The started query.
+        """
         if not data.isStreaming:
             raise DatasetError(
                 "SparkStreamingDataset saves streaming DataFrames only; use "
-                "spark.SparkDataset for batch DataFrames."
+                "SparkDataset for batch DataFrames."
             )
         problems = self.sink_problems()
         if problems:
             raise DatasetError(f"Streaming sink {problems[0]}.")
 
         # File sinks do not report how many rows they write; this does, for all.
-        data = data.observe(ROWS_WRITTEN_METRIC, F.count(F.lit(1)).alias("rows"))
+        observed = data.observe(ROWS_WRITTEN_METRIC, F.count(F.lit(1)).alias("rows"))
         writer = (
-            data.writeStream.outputMode(self._output_mode)
+            observed.writeStream.outputMode(self._output_mode)
             .option("checkpointLocation", self._checkpoint)
             .options(**self._writer_options, **self.kafka_options)
         )
         if self._file_format:
             writer = writer.format(self._file_format)
-        if self.query_name:
-            writer = writer.queryName(self.query_name)
-        if self.trigger:
-            writer = writer.trigger(**self.trigger)
+        query_name = query_name or self._query_name
+        if query_name:
+            writer = writer.queryName(query_name)
+        trigger = trigger or self._trigger
+        if trigger:
+            writer = writer.trigger(**trigger)
         if self._partition_by:
             columns = self._partition_by
             writer = writer.partitionBy(
@@ -273,7 +344,9 @@ class SparkStreamingDataset(_BaseStreamingDataset):
             )
         if self._foreach_batch:
             writer = writer.foreachBatch(_import_function(self._foreach_batch))
-        self.query = writer.start(self._path) if self._path else writer.start()
+        self._query = writer.start(self._path) if self._path else writer.start()
+        self._started_from = data
+        return self._query
 
     def _exists(self) -> bool:
         if not self._path:
@@ -283,6 +356,17 @@ class SparkStreamingDataset(_BaseStreamingDataset):
         except DatasetError:
             return False
         return True
+
+
+def _schema_from_file(schema: dict[str, Any]) -> StructType:
+    """A Spark schema saved as JSON (``StructType.json()``), local or remote."""
+    if "filepath" not in schema:
+        raise DatasetError(
+            "A `schema` given as a mapping needs `filepath`: the path of a Spark "
+            "JSON schema file."
+        )
+    with fsspec.open(schema["filepath"], **schema.get("credentials", {})) as handle:
+        return StructType.fromJson(json.load(handle))
 
 
 def _is_local_file_sink(path: str) -> bool:

@@ -2,22 +2,31 @@ import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 
-from {{ cookiecutter.python_package }}.datasets import SparkStreamingDataset
-from {{ cookiecutter.python_package }}.hooks import (
-    ProgressLog,
+from {{ cookiecutter.python_package }}.streaming import (
+    SparkStreamingDataset,
     StreamingConfigError,
     StreamingQueryHooks,
-    check_kafka_connector,
-    run_trigger,
 )
+from {{ cookiecutter.python_package }}.streaming.checks import run_trigger
+from {{ cookiecutter.python_package }}.streaming.progress import ProgressLog
+from {{ cookiecutter.python_package }}.streaming.session import check_kafka_connector
 
-DATASET = "{{ cookiecutter.python_package }}.datasets.SparkStreamingDataset"
-SOURCE = {"type": DATASET, "filepath": "in", "file_format": "json", "load_args": {"schema": "id INT"}}
+DATASET = "{{ cookiecutter.python_package }}.streaming.SparkStreamingDataset"
+SOURCE = {
+    "type": DATASET,
+    "filepath": "in",
+    "file_format": "json",
+    "load_args": {"schema": "id INT"},
+}
 
 
 def sink(name: str, **save_args) -> dict:
-    return {"type": DATASET, "filepath": name, "file_format": "parquet",
-            "save_args": {"checkpoint": f"data/checkpoints/{name}", **save_args}}
+    return {
+        "type": DATASET,
+        "filepath": name,
+        "file_format": "parquet",
+        "save_args": {"checkpoint": f"data/checkpoints/{name}", **save_args},
+    }
 
 
 def kafka(**load_args) -> dict:
@@ -35,7 +44,10 @@ BAD_CONFIGURATIONS = {
         "copy, out share the checkpoint 'data/checkpoints/out': give each sink its own",
     ),
     "file source without schema": (
-        {"in": {"type": DATASET, "filepath": "in", "file_format": "json"}, "out": sink("out")},
+        {
+            "in": {"type": DATASET, "filepath": "in", "file_format": "json"},
+            "out": sink("out"),
+        },
         "'in' reads json files from 'in' without a schema: add `load_args: {schema:",
     ),
     "Kafka source without bootstrap servers": (
@@ -44,12 +56,24 @@ BAD_CONFIGURATIONS = {
         "`kafka.bootstrap.servers: host:9092` to its load_args",
     ),
     "Kafka source without topic": (
-        {"in": kafka(**{"kafka.bootstrap.servers": "localhost:9092"}), "out": sink("out")},
+        {
+            "in": kafka(**{"kafka.bootstrap.servers": "localhost:9092"}),
+            "out": sink("out"),
+        },
         "'in' reads Kafka without a topic: add `load_args: {subscribe: <topic>}`",
     ),
     "Kafka sink without topic": (
-        {"out": {**sink("out"), "file_format": "kafka", "filepath": "",
-                 "save_args": {"checkpoint": "c", "kafka.bootstrap.servers": "localhost:9092"}}},
+        {
+            "out": {
+                **sink("out"),
+                "file_format": "kafka",
+                "filepath": "",
+                "save_args": {
+                    "checkpoint": "c",
+                    "kafka.bootstrap.servers": "localhost:9092",
+                },
+            }
+        },
         "'out' writes to Kafka without a topic: add `save_args: {topic: ...}`",
     ),
     "unknown output mode": (
@@ -57,9 +81,16 @@ BAD_CONFIGURATIONS = {
         "'out' has output_mode 'upsert': use one of append, complete, update",
     ),
     "secret in the catalog": (
-        {"in": kafka(**{"kafka.bootstrap.servers": "localhost:9092", "subscribe": "trips",
-                        "kafka.sasl.jaas.config": "... password='hunter2';"}),
-         "out": sink("out")},
+        {
+            "in": kafka(
+                **{
+                    "kafka.bootstrap.servers": "localhost:9092",
+                    "subscribe": "trips",
+                    "kafka.sasl.jaas.config": "... password='hunter2';",
+                }
+            ),
+            "out": sink("out"),
+        },
         "'in' has the secret option 'kafka.sasl.jaas.config' in its load_args: move it to "
         "an entry of conf/local/credentials.yml",
     ),
@@ -74,10 +105,19 @@ BAD_CONFIGURATIONS = {
 def test_bad_configuration_fails_before_any_query_starts(case):
     config, message = BAD_CONFIGURATIONS[case]
     catalog = DataCatalog.from_config({"in": SOURCE, **config})
-    nodes = pipeline([node(lambda df: [df] * (len(config) - ("in" in config)), "in",
-                           [name for name in config if name != "in"])])
+    nodes = pipeline(
+        [
+            node(
+                lambda df: [df] * (len(config) - ("in" in config)),
+                "in",
+                [name for name in config if name != "in"],
+            )
+        ]
+    )
     hooks = StreamingQueryHooks()
-    hooks.after_context_created(type("Context", (), {"params": {}})())
+    hooks.after_context_created(
+        type("Context", (), {"config_loader": {"streaming": {}}})()
+    )
 
     with pytest.raises(StreamingConfigError, match="cannot work") as error:
         hooks.before_pipeline_run({}, nodes, catalog)
@@ -112,10 +152,17 @@ def test_progress_log_counts_every_batch_and_keeps_totals_only(spark, tmp_path):
     query_sink = SparkStreamingDataset(
         filepath=str(tmp_path / "out"),
         file_format="parquet",
-        save_args={"checkpoint": str(tmp_path / "checkpoint"), "query_name": "ticks",
-                   "trigger": {"processingTime": "100 milliseconds"}},
+        save_args={
+            "checkpoint": str(tmp_path / "checkpoint"),
+            "query_name": "ticks",
+            "trigger": {"processingTime": "100 milliseconds"},
+        },
     )
-    query_sink.save(SparkStreamingDataset(file_format="rate", load_args={"rowsPerSecond": 50}).load())
+    query_sink.save(
+        SparkStreamingDataset(
+            file_format="rate", load_args={"rowsPerSecond": 50}
+        ).load()
+    )
     query = query_sink.query
     held = {}
     try:
@@ -125,7 +172,9 @@ def test_progress_log_counts_every_batch_and_keeps_totals_only(spark, tmp_path):
                 assert query.exception() is None
                 query.awaitTermination(0.5)
             progress.update("ticks", query)
-            held[batches] = [(name, sorted(counts)) for name, counts in progress.totals.items()]
+            held[batches] = [
+                (name, sorted(counts)) for name, counts in progress.totals.items()
+            ]
     finally:
         query.stop()
     progress.update("ticks", query)

@@ -1,8 +1,8 @@
-"""Pins what SparkStreamingDataset adds to kedro-datasets' streaming dataset."""
+"""SparkStreamingDataset: sources, sinks, triggers, names and secrets."""
 
 import json
 
-from {{ cookiecutter.python_package }}.datasets import SparkStreamingDataset
+from {{ cookiecutter.python_package }}.streaming import SparkStreamingDataset
 
 FOREACH_BATCH_ROWS: list[int] = []
 
@@ -41,8 +41,8 @@ def test_saving_twice_keeps_checkpoint_mode_trigger_and_name(spark, tmp_path):
         assert sink.query.awaitTermination(120), "availableNow must end the query"
         assert sink.query.exception() is None
 
-    # The base class pops checkpoint and output_mode on the first save.
-    assert sink._save_args == save_args
+    # Saving leaves the configuration as it was: the second save is the same.
+    assert sink._describe()["save_args"] == save_args
     assert (checkpoint / "commits" / "1").exists()
     ids = sorted(r.id for r in spark.read.parquet(str(tmp_path / "sink")).collect())
     assert ids == [0, 1]
@@ -78,3 +78,31 @@ def test_sink_problems_and_secrets_never_described():
     assert "trigger {'every': '1 minute'}" in problems
     assert "hunter2" not in str(sink._describe())
     assert "hunter2" not in repr(sink)
+
+
+def test_start_takes_the_callers_trigger_and_name_and_save_adds_no_query(
+    spark, tmp_path
+):
+    write_json_lines(tmp_path / "landing", "0.json", [{"id": 1}])
+    own = {"processingTime": "1 hour"}
+    sink = SparkStreamingDataset(
+        filepath=str(tmp_path / "sink"),
+        file_format="parquet",
+        save_args={
+            "checkpoint": str(tmp_path / "checkpoint"),
+            "trigger": own,
+            "query_name": "own",
+        },
+    )
+    data = source(tmp_path / "landing").load()
+    try:
+        query = sink.start(data, trigger={"availableNow": True}, query_name="run")
+        sink.save(data)  # what Kedro does after the hooks have started the query
+        assert sink.query is query and query.name == "run"
+        assert query.awaitTermination(120) and query.exception() is None
+        assert sink.trigger == own
+        assert [q.name for q in spark.streams.active if q.name in ("run", "own")] == []
+    finally:
+        for active in spark.streams.active:
+            if active.name in ("run", "own"):
+                active.stop()

@@ -1,0 +1,209 @@
+"""What the starter's tests share: names, commands, and how outputs are read and
+compared with the independent computation in `reference.py`.
+
+Fixtures live in `conftest.py`; test modules import from here and from
+`reference` only, never from each other.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from kafka import KafkaConsumer
+from reference import SUMMARY_COLUMNS
+
+STARTER_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(
+    os.environ.get(
+        "STARTER_REFERENCE_DATA", STARTER_ROOT.parent / "shared" / "reference-data"
+    )
+)
+PROJECT_NAME = "Taxi Rides"
+PACKAGE = "taxi_rides"
+# The SASL/PLAIN user of the test broker; tests check the password is never printed.
+SASL_USER, SASL_PASSWORD = "taxi-app", f"pw-{uuid.uuid4().hex}"
+
+# Bounded, and one landing file (or bronze file) per micro-batch, as the
+# reference replays them: the watermark then advances file by file.
+FILE_BY_FILE = "max_bytes_per_trigger=1"
+BOUNDED = ["--params", f"trigger=available_now,{FILE_BY_FILE}"]
+# Bounded, as shipped: whatever has landed is one micro-batch.
+AS_SHIPPED = ["--params", "trigger=available_now"]
+
+CHUNK = 60  # maxOffsetsPerTrigger: the reference replays batches of this many messages
+
+
+def quiet_env(**extra: str) -> dict[str, str]:
+    # A wide console, so that Kedro's rich log lines are not wrapped.
+    env = {
+        **os.environ,
+        "KEDRO_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "1",
+        "COLUMNS": "250",
+    }
+    env.pop("PYTHONPATH", None)
+    return {**env, **extra}
+
+
+def run(
+    command: list,
+    cwd: Path,
+    timeout: float = 600,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    **kwargs,
+) -> subprocess.CompletedProcess:
+    """Runs a command; unless ``check`` is false, fails the test when it fails.
+
+    The result also has ``seconds`` (wall time) and ``output`` (stdout + stderr).
+    """
+    started = time.monotonic()
+    result = subprocess.run(
+        command,
+        cwd=cwd,
+        env=quiet_env(**(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
+    result.seconds = time.monotonic() - started
+    result.output = result.stdout + result.stderr
+    if check and result.returncode != 0:
+        pytest.fail(
+            f"{' '.join(map(str, command))} exited {result.returncode} in {cwd}\n"
+            f"--- stdout ---\n{result.stdout[-8000:]}\n--- stderr ---\n{result.stderr[-8000:]}"
+        )
+    return result
+
+
+def kedro_run(
+    bin_dir: Path, project: Path, *args: str, params=BOUNDED
+) -> subprocess.CompletedProcess:
+    return run([bin_dir / "kedro", "run", *args, *params], cwd=project, timeout=600)
+
+
+def read_parquet(tables: Path, relative: str) -> pd.DataFrame:
+    """Reads a Spark file sink as Spark does: only the files its log commits.
+
+    After a crash the folder can hold files of a batch that never committed;
+    the `_spark_metadata` log is what says which files belong to the table.
+    """
+    return pd.concat(
+        pd.read_parquet(path) for path in committed_files(tables / relative)
+    )
+
+
+def committed_files(folder: Path) -> list[Path]:
+    log = folder / "_spark_metadata"
+    batches = sorted(
+        (entry for entry in log.iterdir() if entry.name[0].isdigit()),
+        key=lambda entry: int(entry.name.split(".")[0]),
+    )
+    compacts = [i for i, entry in enumerate(batches) if entry.name.endswith(".compact")]
+    files: set[str] = set()
+    for entry in batches[compacts[-1] if compacts else 0 :]:
+        for line in entry.read_text().splitlines()[1:]:  # the first line is the version
+            record = json.loads(line)
+            (files.add if record["action"] == "add" else files.discard)(record["path"])
+    assert files, f"{folder} has no committed files"
+    return sorted(Path(path.removeprefix("file://")) for path in files)
+
+
+def assert_matches_reference(
+    project: Path, expected, output_root: str = "data"
+) -> None:
+    """Compares every output of a run with the independent computation."""
+    tables = project / output_root
+    bronze, quarantined = split_bronze(
+        read_parquet(tables, "02_intermediate/bronze_trips")
+    )
+    summary = read_parquet(tables, "08_reporting/hourly_borough_summary")
+
+    # Bronze: exactly the valid trips, field by field.
+    keys = list(expected.bronze[0])
+    want = (
+        pd.DataFrame(expected.bronze)[keys]
+        .astype(object)
+        .where(lambda f: f.notna(), None)
+    )
+    got = bronze[keys].astype(object).where(lambda f: f.notna(), None)
+    sort = lambda frame: sorted(tuple(row) for row in frame.itertuples(index=False))  # noqa: E731
+    assert sort(got) == sort(want)
+
+    # Quarantine: every other record, with its reason.
+    assert quarantined["rejection_reason"].value_counts().to_dict() == dict(
+        expected.rejections
+    )
+    # A Kafka tombstone has no payload; every other record keeps its own.
+    assert (
+        quarantined.raw_payload.notna().sum() == len(quarantined) - expected.tombstones
+    )
+
+    # Summary: every window and borough, every figure.
+    got = summary.sort_values(["window_start", "pickup_borough"]).reset_index(drop=True)
+    want = expected.summary
+    assert list(zip(got.window_start, got.pickup_borough)) == list(
+        zip(want.window_start, want.pickup_borough)
+    )
+    assert (got.window_end == want.window_end).all()
+    for column in SUMMARY_COLUMNS:
+        for got_value, want_value in zip(got[column], want[column]):
+            assert math.isclose(got_value, want_value, rel_tol=1e-9, abs_tol=1e-9) or (
+                math.isnan(got_value) and math.isnan(want_value)
+            ), (column, got_value, want_value)
+
+
+def split_bronze(bronze: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """bronze_trips' valid trips, and its rejected records (the quarantine)."""
+    rejected = bronze.rejection_reason.notna()
+    return bronze[~rejected], bronze[rejected]
+
+
+def point_at_broker(project: Path, servers: str, chunk: int = CHUNK) -> tuple[str, str]:
+    """Points the project's `kafka` environment at ``servers``, with new topics."""
+    suffix = uuid.uuid4().hex[:8]
+    trips, summary = f"trips-{suffix}", f"summary-{suffix}"
+    (project / "conf/kafka/globals.yml").write_text(
+        f"output_root: data/kafka\nkafka:\n  bootstrap_servers: {servers}\n"
+        f"  trips_topic: {trips}\n  summary_topic: {summary}\n"
+        f"  max_offsets_per_trigger: {chunk}\n"
+    )
+    return trips, summary
+
+
+def bundled_lines(project: Path) -> list[str]:
+    """The non-blank lines of the example's landing files, in name order."""
+    landing = sorted((project / "data/01_raw/trips_landing").glob("*.json"))
+    return [
+        line
+        for path in landing
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+
+
+def consume_all(servers: str, topic: str, expected: int, timeout: float = 60) -> list:
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+    )
+    records, deadline = [], time.monotonic() + timeout
+    try:
+        while len(records) < expected and time.monotonic() < deadline:
+            records += list(consumer)
+    finally:
+        consumer.close()
+    return records

@@ -1,0 +1,92 @@
+"""One log line per micro-batch of every query, and running totals."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQuery
+
+from .dataset import ROWS_WRITTEN_METRIC
+
+logger = logging.getLogger(__name__)
+
+# A node reports rows it sends to quarantine by observing a metric column of
+# this name (see `DataFrame.observe`); each progress line shows it.
+QUARANTINED_FIELD = "quarantined"
+
+
+class ProgressLog:
+    """Logs one line per micro-batch of every query, and keeps running totals.
+
+    The hooks call ``update`` while they wait on the queries. It reads each
+    query's new progress reports as JSON: PySpark's ``StreamingQueryListener``
+    converts every report field by field through py4j, which took about
+    70 ms of CPU per report, a tenth of two cores for three queries at a
+    1-second trigger. Only totals are kept, never per-batch history, so a long
+    run does not grow the driver's memory.
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[str, Counter] = {}
+        self._last_seen: dict[str, tuple[str, int]] = {}
+
+    def update(self, name: str, query: StreamingQuery) -> None:
+        """Logs and counts the reports of ``query`` made since the last update."""
+        seen = self._last_seen.get(name, ("", -1))
+        unseen = []
+        for report in _reports_newest_first(query):
+            if (report["timestamp"], report["batchId"]) <= seen:
+                break
+            unseen.append(report)
+        for report in reversed(unseen):
+            self._log(name, report)
+        if unseen:
+            self._last_seen[name] = (unseen[0]["timestamp"], unseen[0]["batchId"])
+
+    def _log(self, name: str, report: dict[str, Any]) -> None:
+        states = report.get("stateOperators", [])
+        metrics = report.get("observedMetrics", {})
+        batch = {
+            "batches": 1,
+            "input_rows": report["numInputRows"],
+            "rows_written": metrics.get(ROWS_WRITTEN_METRIC, {}).get("rows", 0),
+            # Rows a node counted as quarantined (an observed `quarantined` metric).
+            "quarantined": sum(
+                row.get(QUARANTINED_FIELD, 0) for row in metrics.values()
+            ),
+            "dropped_by_watermark": sum(
+                state.get("numRowsDroppedByWatermark", 0) for state in states
+            ),
+        }
+        logger.info(
+            "Query %s batch %d: %d rows in, %d written, %d quarantined, %.1f rows/s, "
+            "%d ms, watermark %s, %d state rows, %d dropped by watermark",
+            name,
+            report["batchId"],
+            batch["input_rows"],
+            batch["rows_written"],
+            batch["quarantined"],
+            report.get("processedRowsPerSecond", 0.0),
+            report.get("batchDuration", 0),
+            report.get("eventTime", {}).get("watermark", "none"),
+            sum(state.get("numRowsTotal", 0) for state in states),
+            batch["dropped_by_watermark"],
+        )
+        self.totals.setdefault(name, Counter()).update(batch)
+
+
+def _reports_newest_first(query: StreamingQuery) -> Iterator[dict[str, Any]]:
+    """The query's recent progress reports (Spark keeps 100), newest first."""
+    jquery = getattr(query, "_jsq", None)
+    if jquery is None:  # Spark Connect: the reports arrive as JSON already.
+        for report in reversed(query.recentProgress):
+            yield json.loads(report.json)
+        return
+    # Classic: fetched one by one, so that only the unseen ones cross py4j.
+    reports = jquery.recentProgress()
+    for index in range(len(reports) - 1, -1, -1):
+        yield json.loads(reports[index].json())

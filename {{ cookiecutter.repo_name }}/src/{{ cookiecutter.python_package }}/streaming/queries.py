@@ -1,0 +1,223 @@
+"""The life of a run's streaming queries: checked, sequenced, watched, stopped.
+
+Nodes only transform DataFrames; saving a streaming DataFrame starts a query
+and returns at once. These hooks do the rest: check the run's streaming
+configuration before any query starts, start each sink's query with the run's
+trigger and the sink's name, hold back a stream that reads a sink written
+earlier in the same run until that sink has history, keep the process alive
+while queries run, stop them cleanly on Ctrl-C or SIGTERM, and turn a failed
+query into a failed run.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+from kedro.config import MissingConfigException
+from kedro.framework.context import KedroContext
+from kedro.framework.hooks import hook_impl
+from kedro.io import DataCatalog
+from kedro.pipeline import Pipeline
+from pyspark.errors import StreamingQueryException
+from pyspark.sql.streaming import StreamingQuery
+
+from .checks import (
+    check_configuration,
+    check_kafka_reachable,
+    headline,
+    run_trigger,
+    streaming_datasets,
+)
+from .dataset import SparkStreamingDataset
+from .errors import StreamingQueryFailed
+from .progress import ProgressLog
+from .session import spark_session
+
+logger = logging.getLogger(__name__)
+
+_POLL_SECONDS = 0.5
+
+
+class StreamingQueryHooks:
+    """Checks, sequences, watches and stops the run's streaming queries."""
+
+    def __init__(self) -> None:
+        self._catalog: DataCatalog | None = None
+        self._settings: dict[str, Any] = {}
+        self._queries: dict[str, StreamingQuery] = {}
+        self._triggers: dict[str, dict[str, Any]] = {}
+        self._stop_requested = False
+        self._previous_handlers: dict[int, Any] = {}
+        self._progress = ProgressLog()
+
+    @hook_impl
+    def after_context_created(self, context: KedroContext) -> None:
+        try:
+            self._settings = dict(context.config_loader["streaming"])
+        except MissingConfigException:  # no streaming.yml: the defaults
+            self._settings = {}
+
+    @hook_impl
+    def after_catalog_created(self, catalog: DataCatalog) -> None:
+        self._catalog = catalog
+
+    @hook_impl
+    def before_pipeline_run(
+        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
+    ) -> None:
+        """Fails on a configuration that cannot work, before any query starts."""
+        self._catalog = catalog
+        self._queries = {}
+        self._triggers = {}
+        self._stop_requested = False
+        sinks = streaming_datasets(catalog, pipeline.all_outputs())
+        sources = streaming_datasets(catalog, pipeline.inputs())
+        trigger = run_trigger(self._settings)
+        check_configuration(sinks, sources)
+        timeout = float(self._settings.get("kafka_connect_timeout", 30))
+        for name, dataset in {**sources, **sinks}.items():
+            if dataset.file_format == "kafka":
+                check_kafka_reachable(spark_session(), name, dataset, timeout)
+
+        # The run's trigger wins; else the sink's own; else the run's interval.
+        interval = str(self._settings.get("trigger_interval", "10 seconds"))
+        for name, dataset in sinks.items():
+            self._triggers[name] = (
+                trigger or dataset.trigger or {"processingTime": interval}
+            )
+        self._progress = ProgressLog()
+        self._install_signal_handlers()
+
+    @hook_impl
+    def before_dataset_saved(self, dataset_name: str, data: Any, node: Any) -> None:
+        """Starts a sink's query, named after the sink, with the run's trigger."""
+        dataset = self._dataset(dataset_name)
+        if dataset is None or dataset_name not in self._triggers:
+            return
+        query = dataset.start(
+            data, trigger=self._triggers[dataset_name], query_name=dataset_name
+        )
+        self._queries[dataset_name] = query
+        logger.info("Started streaming query '%s' (id %s).", dataset_name, query.id)
+
+    @hook_impl
+    def before_dataset_loaded(self, dataset_name: str, node: Any) -> None:
+        """Holds back a stream over a sink this run writes until it has history."""
+        query = self._queries.get(dataset_name)
+        dataset = self._dataset(dataset_name)
+        if query is None or dataset is None:
+            return
+        bounded = "availableNow" in self._triggers[dataset_name]
+        # Bounded: all of it, so that the reader's batches are the same as in
+        # separate runs. Continuous: any committed history (a restart has some).
+        logger.info(
+            "Waiting for '%s' to %s before reading it as a stream.",
+            dataset_name,
+            "finish" if bounded else "have committed data",
+        )
+        self._wait(lambda: not query.isActive or (not bounded and dataset.exists()))
+
+    @hook_impl
+    def after_pipeline_run(self, run_params: dict[str, Any]) -> None:
+        """Keeps the run alive while any query runs; fails if one fails."""
+        try:
+            if self._queries:
+                logger.info(
+                    "Streaming queries running: %s. Press Ctrl-C to stop.",
+                    ", ".join(self._queries),
+                )
+            self._wait(lambda: not any(q.isActive for q in self._queries.values()))
+            self._log_totals()
+        finally:
+            self._restore_signal_handlers()
+
+    @hook_impl
+    def on_pipeline_error(self, error: Exception, run_params: dict[str, Any]) -> None:
+        self._stop_all()
+        self._restore_signal_handlers()
+
+    def _log_totals(self) -> None:
+        """The last progress lines, then one line of totals per query."""
+        self._update_progress()
+        for name in self._queries:
+            totals = self._progress.totals.get(name, Counter())
+            logger.info(
+                "Query %s ended: %d batches, %d rows in, %d written, %d quarantined, "
+                "%d dropped by watermark.",
+                name,
+                totals["batches"],
+                totals["input_rows"],
+                totals["rows_written"],
+                totals["quarantined"],
+                totals["dropped_by_watermark"],
+            )
+
+    def _update_progress(self) -> None:
+        for name, query in self._queries.items():
+            self._progress.update(name, query)
+
+    def _wait(self, done) -> None:
+        """Polls until ``done()``, a stop request or a failed query."""
+        while True:
+            self._update_progress()
+            for name, query in self._queries.items():
+                error = query.exception()
+                if error is not None:
+                    self._stop_all()
+                    raise StreamingQueryFailed(
+                        f"Streaming query '{name}' failed: {headline(error)}\n"
+                        "Its checkpoint is intact: fix the cause and run again to "
+                        "resume from the last committed batch."
+                    ) from error
+            if self._stop_requested:
+                self._stop_all()
+                return
+            if done():
+                return
+            # Blocks until a query ends or the poll interval passes, so that a
+            # bounded run goes on the moment its queries finish.
+            active = next((q for q in self._queries.values() if q.isActive), None)
+            if active is None:
+                time.sleep(_POLL_SECONDS)
+                continue
+            try:
+                active.awaitTermination(_POLL_SECONDS)
+            except StreamingQueryException:
+                pass  # reported by the loop, with the query's name
+
+    def _stop_all(self) -> None:
+        for name, query in self._queries.items():
+            if query.isActive:
+                logger.info("Stopping streaming query '%s'.", name)
+                query.stop()
+
+    def _dataset(self, name: str) -> SparkStreamingDataset | None:
+        if self._catalog is None or name not in self._catalog:
+            return None
+        dataset = self._catalog[name]
+        return dataset if isinstance(dataset, SparkStreamingDataset) else None
+
+    def _install_signal_handlers(self) -> None:
+        def request_stop(signum, frame):
+            if self._stop_requested:
+                raise KeyboardInterrupt
+            logger.info(
+                "Received %s: stopping streaming queries (repeat to force).",
+                signal.Signals(signum).name,
+            )
+            self._stop_requested = True
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous_handlers[signum] = signal.signal(signum, request_stop)
+            except ValueError:  # not the main thread: leave signals alone
+                return
+
+    def _restore_signal_handlers(self) -> None:
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers = {}
