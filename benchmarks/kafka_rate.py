@@ -42,7 +42,9 @@ def main() -> None:
         "--warmup", type=int, default=60, help="seconds of JVM warm-up reported apart"
     )
     parser.add_argument(
-        "--pipelines", default="__default__", help="what `kedro run` runs (ingest alone: ingest)"
+        "--pipelines",
+        default="__default__",
+        help="what `kedro run` runs (ingest alone: ingest)",
     )
     parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
