@@ -92,7 +92,7 @@ BAD_CONFIGURATIONS = {
             "out": sink("out"),
         },
         "'in' has the secret option 'kafka.sasl.jaas.config' in its load_args: move it to "
-        "an entry of conf/local/credentials.yml",
+        "an entry of conf/<env>/credentials.yml",
     ),
     "unknown trigger": (
         {"out": sink("out", trigger={"every": "1 minute"})},

@@ -93,7 +93,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 ``partitionBy``, ``foreach_batch`` (``"module:function"``); the
                 rest are writer options.
             credentials: Options merged into both reader and writer, e.g. Kafka
-                SASL settings from ``conf/local/credentials.yml``.
+                SASL settings from ``conf/<env>/credentials.yml``.
             metadata: Ignored by Kedro; free for users and plugins.
         """
         self._path = str(filepath) if filepath else None
@@ -198,7 +198,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                     f"reads {self._file_format} files from '{self._path}' without a "
                     "schema: add `load_args: {schema: {filepath: <Spark JSON schema>}}` "
                     "(or a DDL string). If the folder is a streaming sink, run the "
-                    "pipeline that writes it first (e.g. `kedro run --pipeline ingest`)"
+                    "pipeline that writes it first (`kedro run --pipelines <name>`)"
                 )
         return problems
 
@@ -387,7 +387,7 @@ def _secrets_in(options: dict[str, Any], args_name: str) -> list[str]:
     """Secrets belong in credentials, which are never described or logged."""
     return [
         f"has the secret option '{key}' in its {args_name}: move it to an entry of "
-        "conf/local/credentials.yml and name that entry with `credentials: <entry>`"
+        "conf/<env>/credentials.yml and name that entry with `credentials: <entry>`"
         for key in options
         if _is_secret(key)
     ]
