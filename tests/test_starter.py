@@ -231,28 +231,12 @@ def test_kedro_new_from_git_url_interactively(tmp_path):
         "no",
     ]
 
-    refused = subprocess.run(
-        kedro_new,
-        cwd=tmp_path,
-        input="x!\n",
-        env=quiet_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    refused = run(kedro_new, cwd=tmp_path, input="x!\n", timeout=300, check=False)
     assert refused.returncode != 0
     assert "alphanumeric" in refused.stdout + refused.stderr
 
-    created = subprocess.run(
-        kedro_new,
-        cwd=tmp_path,
-        input="My Stream Lab\n",
-        env=quiet_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    created = run(
+        kedro_new, cwd=tmp_path, input="My Stream Lab\n", timeout=300, check=False
     )
     assert created.returncode == 0, created.stdout + created.stderr
     project = tmp_path / "my-stream-lab"
