@@ -535,9 +535,10 @@ class LocalKafka:
         return self
 
     def stop(self, grace: float | None = None) -> None:
-        """Stops the broker (SIGTERM, then SIGKILL after ``grace``) and cleans up.
+        """Stops the broker: SIGTERM, then SIGKILL after ``grace``.
 
-        Safe to call more than once and when never started.
+        A temporary data folder is removed, a kept one stays. Safe to call
+        more than once and when never started.
 
         Args:
             grace: Seconds to wait for a clean shutdown; defaults to ``stop_grace``.
