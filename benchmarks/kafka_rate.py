@@ -1,6 +1,6 @@
 """Continuous mode at a real event rate: Kafka in, bronze_trips out.
 
-Starts the project's local broker (``kafka_local``), runs
+Starts the project's local broker (``python -m tools broker start``), runs
 ``kedro run --env kafka --params trigger_interval=1 second`` (both pipelines
 unless ``--pipelines`` says otherwise),
 and produces TLC-shaped trips at ``--rate`` messages/s for ``--seconds``. It
@@ -53,9 +53,6 @@ def main() -> None:
 
     # The project alone: the trips are produced to Kafka, not landed as files.
     project, python = bench_project(args.workdir)
-    package = next(
-        p.name for p in (project / "src").iterdir() if (p / "hooks.py").is_file()
-    )
     tables = project / "data/bench-kafka"
     for path in (tables, project / "conf/bench-kafka"):
         subprocess.run(["rm", "-rf", str(path)], check=True)
@@ -74,8 +71,8 @@ def main() -> None:
         .to_json(orient="records", lines=True)
         .splitlines()
     ]
-    kafka_local = [python, "-m", f"{package}.kafka_local"]
-    subprocess.run([*kafka_local, "start"], cwd=project, check=True)
+    broker = [python, "-m", "tools", "broker"]
+    subprocess.run([*broker, "start"], cwd=project, check=True)
     run = None
     try:
         from kafka import KafkaConsumer, TopicPartition
@@ -121,7 +118,7 @@ def main() -> None:
             [
                 "java",
                 "-cp",
-                perf_classpath(python, package),
+                perf_classpath(python, project),
                 "org.apache.kafka.tools.ProducerPerformance",
                 "--topic",
                 TOPIC,
@@ -167,7 +164,7 @@ def main() -> None:
         if run and run.poll() is None:
             run.send_signal(signal.SIGTERM)
             run.wait(timeout=120)
-        subprocess.run([*kafka_local, "stop"], cwd=project, check=False)
+        subprocess.run([*broker, "stop"], cwd=project, check=False)
 
     stamped = commit_latencies(bronze)
     first = min(produced_at for produced_at, _ in stamped)
@@ -196,14 +193,15 @@ def main() -> None:
     )
 
 
-def perf_classpath(python: Path, package: str) -> str:
+def perf_classpath(python: Path, project: Path) -> str:
     """Kafka's jars as the project's local broker runs them, plus kafka-tools."""
     code = (
-        f"from {package}.kafka_local import KAFKA_VERSION as v, cache_root as c; "
+        "from tools.broker import KAFKA_VERSION as v, cache_root as c; "
         "print(v); print(c() / v / 'libs')"
     )
     version, libs = subprocess.run(
         [python, "-c", code],
+        cwd=project,
         check=True,
         capture_output=True,
         text=True,

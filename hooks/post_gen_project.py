@@ -3,8 +3,8 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path("src").resolve()))
+sys.path.insert(0, str(Path.cwd()))  # the project root, which holds tools/
 
-from {{ cookiecutter.python_package }} import example_data  # noqa: E402
+from tools import trips  # noqa: E402
 
-example_data.init()
+trips.init()

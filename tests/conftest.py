@@ -19,7 +19,6 @@ import pytest
 pytest.register_assert_rewrite("support")
 
 from support import (  # noqa: E402
-    PACKAGE,
     PROJECT_NAME,
     SASL_PASSWORD,
     SASL_USER,
@@ -83,25 +82,25 @@ def fresh_project(generated_project, tmp_path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def project_module(generated_project):
-    """Imports a module of the generated project's package, e.g. ``kafka_local``."""
-    sys.path.insert(0, str(generated_project / "src"))
+def project_tool(generated_project):
+    """Imports a module of the generated project's `tools`, e.g. ``broker``."""
+    sys.path.insert(0, str(generated_project))
     try:
-        yield lambda name: importlib.import_module(f"{PACKAGE}.{name}")
+        yield lambda name: importlib.import_module(f"tools.{name}")
     finally:
-        sys.path.remove(str(generated_project / "src"))
+        sys.path.remove(str(generated_project))
 
 
 @pytest.fixture(scope="session")
-def kafka_local(project_module):
-    return project_module("kafka_local")
+def broker_tool(project_tool):
+    return project_tool("broker")
 
 
 @pytest.fixture(scope="session")
-def broker(kafka_local):
+def broker(broker_tool):
     """One real broker for the session, with a PLAINTEXT and a SASL_PLAINTEXT listener."""
     started = time.monotonic()
-    instance = kafka_local.LocalKafka(sasl_users={SASL_USER: SASL_PASSWORD})
+    instance = broker_tool.LocalKafka(sasl_users={SASL_USER: SASL_PASSWORD})
     try:
         instance.start(timeout=180)
         print(f"broker ready in {time.monotonic() - started:.1f} s")

@@ -32,7 +32,6 @@ from reference import (
 from support import (
     BOUNDED,
     CHUNK,
-    PACKAGE,
     SASL_PASSWORD,
     SASL_USER,
     assert_matches_reference,
@@ -219,12 +218,12 @@ def test_kafka_bad_messages_and_sigkill_at_three_points(
 
 
 def test_corrupt_files_sigkill_at_three_points(
-    fresh_project, project_bin, project_module
+    fresh_project, project_bin, project_tool
 ):
     """File mode: a file with binary garbage, a JSON array, CRLF line ends and
     blank lines, and a file cut mid-record, through three crashes and a rerun."""
     landing = fresh_project / "data/01_raw/trips_landing"
-    trip_records = project_module("example_data").trip_records
+    trip_records = project_tool("trips").trip_records
     more, last = trip_records(8), trip_records(9)
 
     garbage = bytes(b for b in random.Random(3).randbytes(400) if b not in b"\r\n")
@@ -318,8 +317,9 @@ def test_sasl_credentials_work_fail_clearly_and_are_never_printed(
         [
             project_bin / "python",
             "-m",
-            f"{PACKAGE}.kafka_client",
-            "produce",
+            "tools",
+            "trips",
+            "send",
             "--files",
             "3",
             "--partitions",
@@ -403,10 +403,10 @@ def test_sasl_credentials_work_fail_clearly_and_are_never_printed(
 
 
 def test_unreachable_broker_fails_within_the_timeout(
-    fresh_project, project_bin, kafka_local
+    fresh_project, project_bin, broker_tool
 ):
     """Nothing listens on the port: the run fails in time, naming the address."""
-    address = f"127.0.0.1:{kafka_local._free_ports(1)[0]}"
+    address = f"127.0.0.1:{broker_tool.free_ports(1)[0]}"
     point_at_broker(fresh_project, address)
     result = run(
         [

@@ -1,5 +1,5 @@
 """The Kafka path against a real Apache Kafka broker (KRaft), started by the
-generated project's own `kafka_local` module: no mocks anywhere."""
+generated project's own `tools/broker.py`: no mocks anywhere."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from reference import (
     example_settings,
     expected_outputs,
@@ -21,7 +21,6 @@ from reference import (
 )
 from support import (
     CHUNK,
-    PACKAGE,
     assert_matches_reference,
     bundled_lines,
     committed_files,
@@ -36,7 +35,7 @@ from support import (
 
 def produce(bin_dir: Path, project: Path, *args: str) -> str:
     return run(
-        [bin_dir / "python", "-m", f"{PACKAGE}.kafka_client", "produce", *args],
+        [bin_dir / "python", "-m", "tools", "trips", "send", *args],
         cwd=project,
     ).stdout
 
@@ -203,34 +202,88 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
     assert bronze_rows() == count, "a restart must not reprocess committed offsets"
 
 
-def test_kafka_local_cli_start_status_stop(fresh_project, project_bin, kafka_local):
-    """The documented commands: start returns once the broker answers, stop ends it."""
-    state_file = fresh_project / "data/kafka/broker.json"
-    cli = [project_bin / "python", "-m", f"{PACKAGE}.kafka_local"]
-    started = run(
-        [*cli, "start", "--port", "0", "--state-file", str(state_file)],
-        cwd=fresh_project,
-    )
-    state = json.loads(state_file.read_text())
-    try:
+def test_broker_cli_start_status_stop_keeps_data_reset_deletes(
+    fresh_project, project_bin, broker_tool
+):
+    """The documented commands: start returns once the broker answers; stop
+    keeps the data folder, so topics survive a restart; reset deletes it."""
+    data_dir = fresh_project / "data/kafka-broker"
+    cli = [project_bin / "python", "-m", "tools", "broker"]
+    where = ["--data-dir", str(data_dir)]
+
+    def start() -> dict:
+        started = run([*cli, "start", "--port", "0", *where], cwd=fresh_project)
+        state = json.loads((data_dir / "broker.json").read_text())
         assert started.stdout.strip() == state["bootstrap_servers"]
-        status = json.loads(
-            run(
-                [*cli, "status", "--state-file", str(state_file)], cwd=fresh_project
-            ).stdout
-        )
-        assert status["running"] and status["reachable"]
-        producer = KafkaProducer(bootstrap_servers=state["bootstrap_servers"])
+        return state
+
+    first, second = start(), None
+    try:
+        status = run([*cli, "status", *where], cwd=fresh_project).stdout
+        assert json.loads(status)["running"] and json.loads(status)["reachable"]
+        producer = KafkaProducer(bootstrap_servers=first["bootstrap_servers"])
         try:
             producer.send("smoke", b"hello").get(timeout=30)
         finally:
             producer.close()
-        run([*cli, "stop", "--state-file", str(state_file)], cwd=fresh_project)
-        assert not kafka_local._pid_alive(state["pid"])
-        assert not Path(state["data_dir"]).exists()
+        run([*cli, "stop", *where], cwd=fresh_project)
+        assert not broker_tool._pid_alive(first["pid"])
+        assert (data_dir / "kraft-logs").is_dir()
+
+        second = start()
+        assert second["cluster_id"] == first["cluster_id"]
+        assert [
+            r.value for r in consume_all(second["bootstrap_servers"], "smoke", 1)
+        ] == [b"hello"]
+        run([*cli, "reset", *where], cwd=fresh_project)
+        assert not broker_tool._pid_alive(second["pid"])
+        assert not data_dir.exists()
     finally:
-        if kafka_local._pid_alive(state["pid"]):
-            kafka_local._terminate(state["pid"], grace=5)
+        for state in (first, second):
+            if state and broker_tool._pid_alive(state["pid"]):
+                broker_tool._terminate(state["pid"], grace=5)
+
+
+def test_broker_keeps_acknowledged_messages_through_sigkill(broker_tool, tmp_path):
+    """As a compose volume would: every message acknowledged with acks=all is
+    there after the broker process is killed and started on the same folder."""
+    data_dir, topic, count = tmp_path / "kafka-broker", "kept", 5000
+    first = broker_tool.LocalKafka(data_dir=data_dir).start(timeout=180)
+    second = None
+    try:
+        producer = KafkaProducer(
+            bootstrap_servers=first.bootstrap_servers, acks="all", linger_ms=5
+        )
+        try:
+            futures = [producer.send(topic, str(i).encode()) for i in range(count)]
+            producer.flush()
+            acknowledged = [future.get(timeout=30) for future in futures]
+        finally:
+            producer.close()
+        assert len(acknowledged) == count
+
+        os.kill(first.pid, signal.SIGKILL)
+        first.stop()  # reaps the killed process; the folder stays
+        assert (data_dir / "kraft-logs").is_dir()
+
+        second = broker_tool.LocalKafka(data_dir=data_dir, port=first.port)
+        second.start(timeout=180)
+        assert second.cluster_id == first.cluster_id
+        values = [r.value for r in consume_all(second.bootstrap_servers, topic, count)]
+        assert sorted(values, key=int) == [str(i).encode() for i in range(count)]
+        # No more either: the end offsets count exactly the acknowledged ones.
+        consumer = KafkaConsumer(bootstrap_servers=second.bootstrap_servers)
+        try:
+            partitions = [
+                TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)
+            ]
+            assert sum(consumer.end_offsets(partitions).values()) == count
+        finally:
+            consumer.close()
+    finally:
+        first.stop(grace=5)
+        if second is not None:
+            second.stop(grace=5)
 
 
 def test_wrong_connector_version_stops_the_run_before_any_stream(

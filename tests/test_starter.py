@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from reference import (
     csv_batch,
     example_settings,
@@ -67,6 +68,35 @@ def test_starter_tests_and_benchmarks_pass_ruff():
             [sys.executable, "-m", "ruff", *command, "tests", "benchmarks"],
             cwd=STARTER_ROOT,
         )
+
+
+def test_docker_compose_agrees_with_conf_kafka(generated_project, project_tool):
+    """The compose file runs the Kafka version of tools/broker.py, where
+    conf/kafka/globals.yml looks for it, and creates its topics."""
+    compose = yaml.safe_load((generated_project / "docker-compose.yml").read_text())
+    kafka = yaml.safe_load((generated_project / "conf/kafka/globals.yml").read_text())[
+        "kafka"
+    ]
+    servers = kafka["bootstrap_servers"]
+    port = servers.rpartition(":")[2]
+    broker, topics = compose["services"]["kafka"], compose["services"]["topics"]
+
+    image = f"apache/kafka:{project_tool('broker').KAFKA_VERSION}"
+    assert broker["image"] == topics["image"] == image
+    assert f"{port}:{port}" in broker["ports"]
+    environment = broker["environment"]
+    assert environment["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{servers}"
+    assert environment["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    # The data in a named volume, so that it outlives the container.
+    volume, folder = broker["volumes"][0].split(":")
+    assert volume in compose["volumes"] and environment["KAFKA_LOG_DIRS"] == folder
+
+    script = " ".join(topics["command"])
+    assert "kafka-topics.sh" in script and "--create --if-not-exists" in script
+    assert f"--bootstrap-server {servers}" in script
+    for topic in (kafka["trips_topic"], kafka["summary_topic"]):
+        assert topic in re.split(r"[\s;]+", script)
+    assert topics["depends_on"]["kafka"]["condition"] == "service_healthy"
 
 
 def test_kedro_commands_start_no_spark_and_viz_shows_the_pipelines(

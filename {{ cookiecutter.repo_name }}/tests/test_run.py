@@ -8,7 +8,7 @@ import pytest
 from kedro.framework.session import KedroSession
 from kedro.framework.startup import bootstrap_project
 
-from {{ cookiecutter.python_package }} import example_data
+from tools import trips
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 FILES, TRIPS_PER_FILE, INVALID_PER_FILE, LATE_FILES = 8, 60, 5, 5
@@ -28,7 +28,7 @@ def project(tmp_path, monkeypatch, spark):
         )
     # Paths in the catalog are relative to the working directory.
     monkeypatch.chdir(tmp_path)
-    example_data.init(files=FILES)
+    trips.init(files=FILES)
     bootstrap_project(PROJECT_ROOT)
     return tmp_path
 

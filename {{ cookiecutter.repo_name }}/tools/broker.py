@@ -1,32 +1,27 @@
-"""Run a real single-node Apache Kafka broker (KRaft mode) locally, without Docker.
+"""A real single-node Apache Kafka broker (KRaft mode) on this machine, without Docker.
 
 The broker is Apache Kafka itself: its jars are resolved from Maven Central with
-Maven (``mvn``) into a cache directory once, then started with ``java``.  Only
-the Python standard library is used, so it also runs outside the project.
+Maven (``mvn``) into a cache once, then started with ``java``. Like a compose
+volume, ``data/kafka-broker/`` keeps its topics across restarts::
 
-Library use::
+    python -m tools broker start    # on the port of conf/kafka/globals.yml
+    python -m tools broker status
+    python -m tools broker stop     # the data stays
+    python -m tools broker reset    # deletes the data
 
-    from {{ cookiecutter.python_package }}.kafka_local import LocalKafka
+From Python (a temporary data folder, removed on stop, unless ``data_dir``)::
 
     with LocalKafka() as kafka:
         print(kafka.bootstrap_servers)  # "127.0.0.1:PORT"
 
-Command line use (the broker keeps running after ``start`` returns)::
-
-    python -m {{ cookiecutter.python_package }}.kafka_local start [--port 9092] [--state-file data/kafka/broker.json]
-    python -m {{ cookiecutter.python_package }}.kafka_local status
-    python -m {{ cookiecutter.python_package }}.kafka_local stop
-
 Environment variables:
-    KAFKA_LOCAL_HOME: Root of the jar cache (default ``~/.cache/kafka-local``);
-        jars for a version live in ``$KAFKA_LOCAL_HOME/<version>/libs``.
+    KAFKA_LOCAL_HOME: Root of the jar cache (default ``~/.cache/kafka-local``).
     KAFKA_LOCAL_MVN: Maven executable to use (default ``mvn`` on ``PATH``).
     JAVA_HOME: If set, ``$JAVA_HOME/bin/java`` is used instead of ``java``.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import base64
 import contextlib
@@ -38,13 +33,15 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
+
+from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError
 
 KAFKA_VERSION = "4.3.1"
 """Newest ``org.apache.kafka:kafka_2.13`` release whose full runtime closure resolves."""
@@ -62,8 +59,8 @@ SLF4J_VERSION = "2.0.17"
 # that resolution behaves the same on every machine.
 DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 
-DEFAULT_STATE_FILE = Path("data") / "kafka" / "broker.json"
-DEFAULT_CLI_PORT = 9092
+DATA_DIR = Path("data/kafka-broker")
+STATE_FILE = "broker.json"
 HOST = "127.0.0.1"
 NODE_ID = 1
 
@@ -71,13 +68,8 @@ _USERNAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.-]*$")
 
 
-class KafkaLocalError(RuntimeError):
+class BrokerError(RuntimeError):
     """Raised when the jars cannot be resolved or the broker fails to start."""
-
-
-# --------------------------------------------------------------------------
-# Classpath resolution with Maven
-# --------------------------------------------------------------------------
 
 
 def cache_root() -> Path:
@@ -140,10 +132,10 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
         The ``libs`` directory, suitable for ``java -cp <libs>/*``.
 
     Raises:
-        KafkaLocalError: ``mvn`` is missing or resolution failed.
+        BrokerError: ``mvn`` is missing or resolution failed.
     """
     if not _VERSION_RE.match(version):  # it becomes a path and goes into XML
-        raise KafkaLocalError(f"invalid Kafka version {version!r}")
+        raise BrokerError(f"invalid Kafka version {version!r}")
     home = cache_root() / version
     home.mkdir(parents=True, exist_ok=True)
     pom = _pom_xml(version)
@@ -158,9 +150,7 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
 
         mvn = os.environ.get("KAFKA_LOCAL_MVN") or shutil.which("mvn")
         if not mvn:
-            raise KafkaLocalError(
-                "Maven ('mvn') not found on PATH; set KAFKA_LOCAL_MVN."
-            )
+            raise BrokerError("Maven ('mvn') not found on PATH; set KAFKA_LOCAL_MVN.")
         (home / "pom.xml").write_text(pom)
         # Copy into a scratch dir and rename, so an interrupted run never leaves
         # a half-filled libs/ that looks usable.
@@ -194,7 +184,7 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
-            raise KafkaLocalError(
+            raise BrokerError(
                 f"mvn timed out after {timeout}s: {' '.join(cmd)}"
             ) from exc
         if proc.returncode != 0 or not any(staging.glob("kafka_*.jar")):
@@ -202,7 +192,7 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
                 r"\x1b\[[0-9;]*m", "", proc.stdout
             )  # Maven's ANSI colour codes
             tail = "\n".join(output.splitlines()[-30:])
-            raise KafkaLocalError(
+            raise BrokerError(
                 f"Could not resolve Kafka {version} from Maven (exit {proc.returncode}).\n"
                 f"Command: {' '.join(cmd)}\n{tail}"
             )
@@ -212,167 +202,39 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
         return libs
 
 
-# --------------------------------------------------------------------------
-# Minimal Kafka wire protocol, used only for readiness probes
-# --------------------------------------------------------------------------
-
-_API_METADATA = 3
-_API_SASL_HANDSHAKE = 17
-_API_VERSIONS = 18
-_METADATA_VERSION = 4
 _PRINTABLE = range(0x20, 0x7F)
 
 
-class _Reader:
-    """Sequential big-endian decoder for a Kafka response body."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._pos = 0
-
-    def _take(self, fmt: str):
-        (value,) = struct.unpack_from(fmt, self._data, self._pos)
-        self._pos += struct.calcsize(fmt)
-        return value
-
-    def int16(self) -> int:
-        return self._take(">h")
-
-    def int32(self) -> int:
-        return self._take(">i")
-
-    def string(self) -> str | None:
-        length = self.int16()
-        if length < 0:
-            return None
-        raw = self._data[self._pos : self._pos + length]
-        self._pos += length
-        return raw.decode("utf-8")
-
-
-def _encode_string(value: str) -> bytes:
-    raw = value.encode("utf-8")
-    return struct.pack(">h", len(raw)) + raw
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < size:
-        chunk = sock.recv(size - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed by broker")
-        buf += chunk
-    return bytes(buf)
-
-
-def _request(
-    sock: socket.socket,
-    api_key: int,
-    api_version: int,
-    body: bytes,
-    correlation_id: int,
-) -> _Reader:
-    """Sends one request (header v1) and returns a reader over the response body.
-
-    Only non-flexible request versions are used, so the response header is just
-    the correlation id.
-    """
-    header = struct.pack(">hhi", api_key, api_version, correlation_id) + _encode_string(
-        "kafka-local"
-    )
-    payload = header + body
-    sock.sendall(struct.pack(">i", len(payload)) + payload)
-    (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-    reader = _Reader(_recv_exact(sock, size))
-    if reader.int32() != correlation_id:
-        raise ConnectionError("correlation id mismatch")
-    return reader
-
-
-def _api_versions(sock: socket.socket) -> dict[int, tuple[int, int]]:
-    """ApiVersions v0, which every broker answers (also before SASL auth)."""
-    reader = _request(sock, _API_VERSIONS, 0, b"", 1)
-    error = reader.int16()
-    if error != 0:
-        raise ConnectionError(f"ApiVersions error code {error}")
-    versions = {}
-    for _ in range(reader.int32()):
-        key, low, high = reader.int16(), reader.int16(), reader.int16()
-        versions[key] = (low, high)
-    return versions
-
-
-def probe_broker(host: str, port: int, timeout: float = 3.0) -> dict:
-    """Checks that a broker answers real Kafka requests.
-
-    Sends ApiVersions, then (when the broker supports it) Metadata v4 asking for
-    no topics.  A KRaft broker only lists itself in metadata once it is unfenced,
-    i.e. ready to serve clients, which is exactly what callers wait for.
+def probe(bootstrap_servers: str, timeout: float = 3.0, **security) -> dict:
+    """Describes the cluster with kafka-python, as any client would see it.
 
     Args:
-        host: Broker host.
-        port: PLAINTEXT listener port.
-        timeout: Socket timeout in seconds.
+        bootstrap_servers: ``host:port`` of a listener.
+        timeout: Seconds for connecting and for the request.
+        **security: kafka-python security settings for a SASL listener.
 
     Returns:
-        ``{"api_versions": n, "metadata": bool, "brokers": [(node_id, host, port), ...],
-        "cluster_id": str}``; ``metadata`` tells whether Metadata v4 was asked.
+        kafka-python's cluster description (``cluster_id``, ``brokers``...).
 
     Raises:
-        OSError: Connection failed or the broker answered unexpectedly.
+        KafkaError: No answer, credentials refused, or the broker is not
+            registered yet.
     """
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        versions = _api_versions(sock)
-        result = {
-            "api_versions": len(versions),
-            "metadata": False,
-            "brokers": [],
-            "cluster_id": None,
-        }
-        low, high = versions.get(_API_METADATA, (0, -1))
-        if not low <= _METADATA_VERSION <= high:
-            return result  # Unknown broker generation; ApiVersions must suffice.
-        result["metadata"] = True
-        # Metadata v4 body: empty topic array, allow_auto_topic_creation=false.
-        reader = _request(sock, _API_METADATA, 4, struct.pack(">ib", 0, 0), 2)
-        reader.int32()  # throttle_time_ms
-        for _ in range(reader.int32()):
-            node_id, broker_host, broker_port = (
-                reader.int32(),
-                reader.string(),
-                reader.int32(),
-            )
-            reader.string()  # rack
-            result["brokers"].append((node_id, broker_host, broker_port))
-        result["cluster_id"] = reader.string()
-        return result
-
-
-def probe_sasl_listener(
-    host: str, port: int, mechanism: str = "PLAIN", timeout: float = 3.0
-) -> list[str]:
-    """Checks a SASL listener by doing a SaslHandshake (v1) for ``mechanism``.
-
-    Returns:
-        Mechanisms enabled on the listener.
-
-    Raises:
-        OSError: Connection failed or the mechanism is not enabled.
-    """
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        reader = _request(sock, _API_SASL_HANDSHAKE, 1, _encode_string(mechanism), 1)
-        error = reader.int16()
-        mechanisms = [reader.string() for _ in range(reader.int32())]
-        if error != 0:
-            raise ConnectionError(f"SaslHandshake error {error}; enabled: {mechanisms}")
-        return mechanisms
-
-
-# --------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------
+    millis = int(timeout * 1000)
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap_servers,
+        bootstrap_timeout_ms=millis,
+        request_timeout_ms=millis,
+        **security,
+    )
+    try:
+        cluster = admin.describe_cluster()
+    finally:
+        admin.close()
+    # A KRaft broker lists itself only once it is unfenced, ready for clients.
+    if not any(broker["broker_id"] == NODE_ID for broker in cluster["brokers"]):
+        raise KafkaError("the broker is not registered yet")
+    return cluster
 
 
 def _port_is_free(port: int, host: str = HOST) -> bool:
@@ -386,7 +248,7 @@ def _port_is_free(port: int, host: str = HOST) -> bool:
         return True
 
 
-def _free_ports(count: int, host: str = HOST) -> list[int]:
+def free_ports(count: int, host: str = HOST) -> list[int]:
     """Returns ``count`` distinct free ports.
 
     All sockets are held open until every port is chosen so the OS cannot hand
@@ -465,7 +327,7 @@ def _java_executable() -> str:
         return str(Path(java_home) / "bin" / "java")
     java = shutil.which("java")
     if not java:
-        raise KafkaLocalError("Java not found: install a JDK/JRE 17+ or set JAVA_HOME.")
+        raise BrokerError("Java not found: install a JDK/JRE 17+ or set JAVA_HOME.")
     return java
 
 
@@ -523,7 +385,7 @@ def _pid_cmdline(pid: int) -> str:
 
 
 _LOG4J2_PROPERTIES = """\
-# Everything goes to stdout, which kafka_local redirects to broker.log.
+# Everything goes to stdout, which tools/broker.py redirects to broker.log.
 status = warn
 appender.stdout.type = Console
 appender.stdout.name = STDOUT
@@ -545,23 +407,19 @@ logger.config.level = WARN
 """
 
 
-# --------------------------------------------------------------------------
-# The broker
-# --------------------------------------------------------------------------
-
-
 class LocalKafka:
     """A real single-node Kafka broker+controller (KRaft combined mode).
 
-    Ports are chosen when :meth:`start` runs; data lives in a fresh temporary
-    directory that :meth:`stop` removes unless ``keep_data`` is set.
+    Ports are chosen when :meth:`start` runs. Given a ``data_dir``, the broker
+    formats it once and reuses it on every start, as a compose volume would;
+    without one, data lives in a temporary folder that :meth:`stop` removes.
 
     Attributes:
         version: Kafka version in use.
         bootstrap_servers: ``"127.0.0.1:PORT"`` of the PLAINTEXT listener (after start).
         sasl_bootstrap_servers: ``"127.0.0.1:PORT"`` of the SASL_PLAINTEXT
             listener, or None when no ``sasl_users`` were given.
-        data_dir: Temporary directory with config, Kafka data and the log.
+        data_dir: Folder with config, Kafka data and the log.
         log_path: Broker stdout/stderr (all Kafka logging goes there).
         pid: Process id of the broker JVM.
     """
@@ -575,8 +433,7 @@ class LocalKafka:
         sasl_port: int | None = None,
         heap: str = "512m",
         extra_properties: Mapping[str, object] | None = None,
-        keep_data: bool = False,
-        tmp_root: os.PathLike | None = None,
+        data_dir: os.PathLike | None = None,
         detach: bool = False,
         stop_grace: float = 20.0,
     ) -> None:
@@ -590,8 +447,7 @@ class LocalKafka:
             sasl_port: Port for the SASL listener; free one when None.
             heap: Max JVM heap (``-Xmx``).
             extra_properties: Extra/overriding ``server.properties`` entries.
-            keep_data: Keep the data directory after :meth:`stop`.
-            tmp_root: Parent for the temporary data directory.
+            data_dir: Kept folder for the broker's data; None: a temporary one.
             detach: Leave the broker running when this Python process exits
                 (used by the CLI); otherwise it is stopped at interpreter exit.
             stop_grace: Seconds between SIGTERM and SIGKILL in :meth:`stop`.
@@ -610,11 +466,10 @@ class LocalKafka:
         self.controller_port: int | None = None
         self.heap = heap
         self.extra_properties = dict(extra_properties or {})
-        self.keep_data = keep_data
-        self.tmp_root = tmp_root
+        self.keep_data = data_dir is not None
         self.detach = detach
         self.stop_grace = stop_grace
-        self.data_dir: Path | None = None
+        self.data_dir: Path | None = Path(data_dir) if data_dir else None
         self.log_path: Path | None = None
         self.properties_path: Path | None = None
         self.cluster_id: str | None = None
@@ -626,7 +481,7 @@ class LocalKafka:
     def bootstrap_servers(self) -> str:
         """PLAINTEXT bootstrap address, e.g. ``"127.0.0.1:53412"``."""
         if self.port is None:
-            raise KafkaLocalError("broker not started")
+            raise BrokerError("broker not started")
         return f"{HOST}:{self.port}"
 
     @property
@@ -657,10 +512,10 @@ class LocalKafka:
             self, for chaining.
 
         Raises:
-            KafkaLocalError: Startup failed; the message holds the log tail.
+            BrokerError: Startup failed; the message holds the log tail.
         """
         if self._proc is not None:
-            raise KafkaLocalError("broker already started")
+            raise BrokerError("broker already started")
         libs = resolve_classpath(self.version)
         java = _java_executable()
         deadline = time.monotonic() + timeout
@@ -672,17 +527,18 @@ class LocalKafka:
             # Never leave a half-started JVM or temp dir behind, even on Ctrl-C.
             tail = self.log_tail(60)
             self._stop_quietly()
-            if isinstance(exc, Exception) and not isinstance(exc, KafkaLocalError):
-                raise KafkaLocalError(
+            if isinstance(exc, Exception) and not isinstance(exc, BrokerError):
+                raise BrokerError(
                     f"Kafka start failed: {exc!r}; broker log tail:\n{tail}"
                 ) from exc
             raise
         return self
 
     def stop(self, grace: float | None = None) -> None:
-        """Stops the broker (SIGTERM, then SIGKILL after ``grace``) and cleans up.
+        """Stops the broker: SIGTERM, then SIGKILL after ``grace``.
 
-        Safe to call more than once and when never started.
+        A temporary data folder is removed, a kept one stays. Safe to call
+        more than once and when never started.
 
         Args:
             grace: Seconds to wait for a clean shutdown; defaults to ``stop_grace``.
@@ -731,8 +587,8 @@ class LocalKafka:
         wanted = [p for p in self._requested_ports if p is not None]
         for port in wanted:
             if not _port_is_free(port):
-                raise KafkaLocalError(f"port {port} on {HOST} is already in use")
-        free = iter(_free_ports(5))  # spares in case one equals a requested port
+                raise BrokerError(f"port {port} on {HOST} is already in use")
+        free = iter(free_ports(5))  # spares in case one equals a requested port
         used = set(wanted)
 
         def pick() -> int:
@@ -800,12 +656,16 @@ class LocalKafka:
         return props
 
     def _prepare(self, libs: Path, java: str, deadline: float) -> None:
-        """Creates the data dir, writes config files and formats storage."""
-        self.data_dir = Path(tempfile.mkdtemp(prefix="kafka-local-", dir=self.tmp_root))
+        """Creates the data dir, writes config files and formats storage once."""
+        if self.keep_data:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="kafka-local-"))
         self.log_path = self.data_dir / "broker.log"
+        self.log_path.write_text("")  # this start's log only: log_tail shows its errors
         self.properties_path = self.data_dir / "server.properties"
         self._choose_ports()
-        lines = [f"# Generated by kafka_local.py for Kafka {self.version}"]
+        lines = [f"# Generated by tools/broker.py for Kafka {self.version}"]
         lines += [
             f"{key}={_escape_property(str(value))}"
             for key, value in self._server_properties().items()
@@ -813,6 +673,13 @@ class LocalKafka:
         self.properties_path.write_text("\n".join(lines) + "\n", encoding="ascii")
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
 
+        # Kafka writes the cluster id into meta.properties when it formats the
+        # storage; a kept folder is formatted once and keeps its id, and data.
+        meta = self.data_dir / "kraft-logs" / "meta.properties"
+        if meta.is_file():
+            found = re.search(r"^cluster\.id=(.+)$", meta.read_text(), re.MULTILINE)
+            self.cluster_id = found[1]
+            return
         self.cluster_id = _new_cluster_id()
         cmd = self._java_cmd(libs, java, "kafka.tools.StorageTool") + [
             "format",
@@ -832,11 +699,11 @@ class LocalKafka:
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
-            raise KafkaLocalError("Kafka storage format timed out") from exc
+            raise BrokerError("Kafka storage format timed out") from exc
         with open(self.log_path, "a") as log:
             log.write(out.stdout)
         if out.returncode != 0:
-            raise KafkaLocalError(
+            raise BrokerError(
                 f"Kafka storage format failed (exit {out.returncode}):\n{out.stdout[-4000:]}"
             )
 
@@ -877,24 +744,28 @@ class LocalKafka:
         while True:
             code = self._proc.poll()
             if code is not None:
-                raise KafkaLocalError(
+                raise BrokerError(
                     f"Kafka broker exited with code {code} during startup. "
                     f"Log {self.log_path} ends with:\n{self.log_tail(60)}"
                 )
             try:
-                info = probe_broker(HOST, self.port, timeout=2.0)
-                # A KRaft broker lists itself in metadata only once unfenced.
-                if info["metadata"] and not any(
-                    b[0] == NODE_ID for b in info["brokers"]
-                ):
-                    raise ConnectionError("broker not registered yet (fenced)")
+                probe(self.bootstrap_servers, timeout=2.0)
                 if self.sasl_users:
-                    probe_sasl_listener(HOST, self.sasl_port, "PLAIN", timeout=2.0)
+                    # A real login: the listener takes these very credentials.
+                    user, password = next(iter(self.sasl_users.items()))
+                    probe(
+                        self.sasl_bootstrap_servers,
+                        timeout=2.0,
+                        security_protocol="SASL_PLAINTEXT",
+                        sasl_mechanism="PLAIN",
+                        sasl_plain_username=user,
+                        sasl_plain_password=password,
+                    )
                 return
-            except (OSError, struct.error) as exc:
+            except (KafkaError, OSError) as exc:
                 last_error = exc
             if time.monotonic() >= deadline:
-                raise KafkaLocalError(
+                raise BrokerError(
                     f"Kafka broker not ready on {self.bootstrap_servers} within the timeout "
                     f"(last probe error: {last_error!r}). Log {self.log_path} ends with:\n"
                     f"{self.log_tail(60)}"
@@ -929,20 +800,19 @@ def _terminate(pid: int, grace: float, proc: subprocess.Popen | None = None) -> 
             proc.wait(timeout=5)
 
 
-# --------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------
+# The commands of `python -m tools broker`: the broker runs detached, and
+# <data_dir>/broker.json records it for the next command.
 
 
-def _read_state(path: Path) -> dict | None:
+def _read_state(data_dir: Path) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        return json.loads((data_dir / STATE_FILE).read_text())
     except (OSError, ValueError):
         return None
 
 
 def _state_is_ours(state: dict) -> bool:
-    """True if the state's pid is alive and still the broker we started.
+    """True if the recorded pid still runs the broker we started.
 
     Comparing the command line protects against pid reuse after a reboot or
     after the broker died on its own.
@@ -955,207 +825,109 @@ def _state_is_ours(state: dict) -> bool:
 
 
 @contextlib.contextmanager
-def _state_lock(state_file: Path):
-    """Serialises CLI commands that use the same state file."""
-    state_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(state_file.with_name(state_file.name + ".lock"), "w") as lock:
+def _locked(data_dir: Path):
+    """Serialises the commands that use the same data folder."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / f"{STATE_FILE}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
-def _cmd_start(args: argparse.Namespace) -> int:
-    with _state_lock(Path(args.state_file)):
-        return _start_locked(args)
-
-
-def _start_locked(args: argparse.Namespace) -> int:
-    state_file = Path(args.state_file)
-    state = _read_state(state_file)
-    if state and _state_is_ours(state):
-        _say(
-            f"Kafka already running (pid {state['pid']}): {state['bootstrap_servers']}",
-            file=sys.stderr,
+def start(
+    data_dir: Path,
+    port: int,
+    *,
+    sasl_users: Mapping[str, str] | None = None,
+    sasl_port: int | None = None,
+    heap: str = "512m",
+    timeout: float = 90,
+) -> int:
+    """Starts a detached broker on ``data_dir`` unless it runs; prints its address."""
+    with _locked(data_dir):
+        state = _read_state(data_dir)
+        if state and _state_is_ours(state):
+            _say(f"Kafka already runs (pid {state['pid']}).", file=sys.stderr)
+            _say(state["bootstrap_servers"])
+            return 0
+        if port and not _port_is_free(port):
+            # Most likely another broker (Docker's?) on the same port: say so
+            # rather than start a second one that clients would not reach.
+            raise BrokerError(f"port {port} is in use: is another Kafka running?")
+        kafka = LocalKafka(
+            port=port or None,
+            sasl_users=sasl_users or None,
+            sasl_port=sasl_port,
+            heap=heap,
+            data_dir=data_dir,
+            detach=True,
         )
-        if args.port and not state["bootstrap_servers"].endswith(f":{args.port}"):
-            _say(
-                f"Note: --port {args.port} ignored; stop it first to change ports.",
-                file=sys.stderr,
-            )
-        _say(state["bootstrap_servers"])
-        return 0
-
-    port = args.port
-    if port is None:
-        port = DEFAULT_CLI_PORT
-        if not _port_is_free(port):
-            port = None
-            _say(
-                f"Port {DEFAULT_CLI_PORT} is busy; using a free port instead.",
-                file=sys.stderr,
-            )
-    users = {}
-    for spec in args.sasl_user or []:
-        user, sep, password = spec.partition(":")
-        if not sep:
-            _say("--sasl-user expects USER:PASSWORD", file=sys.stderr)
-            return 2
-        users[user] = password
-
-    kafka = LocalKafka(
-        version=args.version,
-        port=port,
-        sasl_users=users or None,
-        sasl_port=args.sasl_port,
-        heap=args.heap,
-        detach=True,
-    )
-    t0 = time.monotonic()
-    kafka.start(timeout=args.timeout)
-    try:
-        state = kafka.state()
-        state["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        tmp = state_file.with_name(state_file.name + ".tmp")
-        tmp.write_text(json.dumps(state, indent=2) + "\n")
-        tmp.replace(state_file)  # atomic: readers never see a half-written file
-    except BaseException:
-        kafka.stop()  # a broker nobody can find again must not keep running
-        raise
+        started = time.monotonic()
+        kafka.start(timeout=timeout)
+        try:
+            state_file = data_dir / STATE_FILE
+            partial = data_dir / f"{STATE_FILE}.tmp"
+            partial.write_text(json.dumps(kafka.state(), indent=2) + "\n")
+            partial.replace(state_file)  # readers never see a half-written file
+        except BaseException:
+            kafka.stop()  # a broker nobody can find again must not keep running
+            raise
     _say(
-        f"Kafka {kafka.version} ready in {time.monotonic() - t0:.1f}s "
-        f"(pid {kafka.pid}, log {kafka.log_path}, state {state_file})",
+        f"Kafka {kafka.version} ready in {time.monotonic() - started:.1f} s "
+        f"(pid {kafka.pid}, data {data_dir}, log {kafka.log_path})",
         file=sys.stderr,
     )
     if kafka.sasl_bootstrap_servers:
         _say(
-            f"SASL_PLAINTEXT/PLAIN listener: {kafka.sasl_bootstrap_servers}",
-            file=sys.stderr,
+            f"SASL_PLAINTEXT listener: {kafka.sasl_bootstrap_servers}", file=sys.stderr
         )
     _say(kafka.bootstrap_servers)
     return 0
 
 
-def _cmd_stop(args: argparse.Namespace) -> int:
-    with _state_lock(Path(args.state_file)):
-        return _stop_locked(args)
-
-
-def _stop_locked(args: argparse.Namespace) -> int:
-    state_file = Path(args.state_file)
-    state = _read_state(state_file)
-    if state is None:
-        _say(f"No state file at {state_file}; nothing to stop.", file=sys.stderr)
-        return 0
-    if _state_is_ours(state):
-        _terminate(state["pid"], args.grace)
-        _say(f"Stopped Kafka (pid {state['pid']}).", file=sys.stderr)
-    else:
-        _say("Kafka was not running (stale state file).", file=sys.stderr)
-    data_dir = state.get("data_dir")
-    # Only delete what we created, even if the state file was edited by hand.
-    if (
-        data_dir
-        and not args.keep_data
-        and Path(data_dir).name.startswith("kafka-local-")
-    ):
-        shutil.rmtree(data_dir, ignore_errors=True)
-    elif data_dir and Path(data_dir).exists():
-        _say(f"Data kept in {data_dir}", file=sys.stderr)
-    state_file.unlink(missing_ok=True)
+def stop(data_dir: Path, grace: float = 20.0) -> int:
+    """Stops the broker recorded in ``data_dir``; the data stays."""
+    with _locked(data_dir):
+        state = _read_state(data_dir)
+        if state and _state_is_ours(state):
+            _terminate(state["pid"], grace)
+            _say(f"Stopped Kafka (pid {state['pid']}); data kept in {data_dir}.")
+        else:
+            _say("Kafka was not running.")
+        (data_dir / STATE_FILE).unlink(missing_ok=True)
     return 0
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    state = _read_state(Path(args.state_file))
+def status(data_dir: Path) -> int:
+    """Prints the broker's state as JSON; 0 if it runs and answers, else 3."""
+    state = _read_state(data_dir)
     if state is None:
         _say(json.dumps({"running": False}))
         return 3
-    running = _state_is_ours(state)
-    reachable = False
+    running, reachable = _state_is_ours(state), False
     if running:
-        host, _, port = state["bootstrap_servers"].rpartition(":")
-        with contextlib.suppress(OSError, struct.error):
-            reachable = bool(probe_broker(host, int(port))["api_versions"])
+        with contextlib.suppress(KafkaError, OSError):
+            reachable = bool(probe(state["bootstrap_servers"]))
     _say(json.dumps({**state, "running": running, "reachable": reachable}, indent=2))
     return 0 if running and reachable else 3
 
 
-def _cmd_resolve(args: argparse.Namespace) -> int:
-    _say(resolve_classpath(args.version))
+def reset(data_dir: Path) -> int:
+    """Stops the broker if it runs, and deletes its data folder."""
+    if not data_dir.exists():
+        _say(f"No broker data in {data_dir}.")
+        return 0
+    # Only a folder this module made: never a path typed by mistake.
+    if not (data_dir / "kraft-logs").is_dir() and any(
+        not path.name.startswith(STATE_FILE) for path in data_dir.iterdir()
+    ):
+        raise BrokerError(f"{data_dir} does not look like a broker data folder")
+    stop(data_dir)
+    shutil.rmtree(data_dir)
+    _say(f"Deleted {data_dir}.")
     return 0
 
 
-def _say(*parts: object, file=None) -> None:
-    """Prints a line of CLI output."""
+def _say(line: object, file=None) -> None:
     stream = file or sys.stdout
-    stream.write(" ".join(str(part) for part in parts) + "\n")
+    stream.write(f"{line}\n")
     stream.flush()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point; returns the process exit code."""
-    parser = argparse.ArgumentParser(
-        description="Run a local single-node Kafka broker (KRaft)."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def add_common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--state-file",
-            default=str(DEFAULT_STATE_FILE),
-            help="where start records the broker (default: %(default)s)",
-        )
-
-    p_start = sub.add_parser(
-        "start", help="start a detached broker and wait until it is ready"
-    )
-    add_common(p_start)
-    p_start.add_argument(
-        "--port",
-        type=int,
-        default=None,
-        help=f"PLAINTEXT port (default {DEFAULT_CLI_PORT}, or a free port if busy)",
-    )
-    p_start.add_argument(
-        "--sasl-user",
-        action="append",
-        metavar="USER:PASSWORD",
-        help="enable a SASL_PLAINTEXT/PLAIN listener with this user (repeatable)",
-    )
-    p_start.add_argument("--sasl-port", type=int, default=None)
-    p_start.add_argument("--version", default=KAFKA_VERSION)
-    p_start.add_argument("--heap", default="512m")
-    p_start.add_argument("--timeout", type=float, default=90)
-    p_start.set_defaults(func=_cmd_start)
-
-    p_stop = sub.add_parser("stop", help="stop the broker recorded in the state file")
-    add_common(p_stop)
-    p_stop.add_argument(
-        "--keep-data", action="store_true", help="do not delete the data directory"
-    )
-    p_stop.add_argument(
-        "--grace", type=float, default=20.0, help="seconds before SIGKILL"
-    )
-    p_stop.set_defaults(func=_cmd_stop)
-
-    p_status = sub.add_parser(
-        "status", help="print the broker state (exit 3 if not running)"
-    )
-    add_common(p_status)
-    p_status.set_defaults(func=_cmd_status)
-
-    p_resolve = sub.add_parser(
-        "resolve", help="download the Kafka jars and print the libs dir"
-    )
-    p_resolve.add_argument("--version", default=KAFKA_VERSION)
-    p_resolve.set_defaults(func=_cmd_resolve)
-
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (KafkaLocalError, ValueError) as exc:
-        _say(f"error: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

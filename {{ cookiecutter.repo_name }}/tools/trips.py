@@ -1,20 +1,21 @@
-"""Deterministic example data: NYC green-taxi style trips and a zone lookup.
+"""The example's taxi trips: landed as files, or sent to Kafka.
 
 The trips exercise what a stream meets in practice: several hours of event
 time, events out of order, events later than the watermark, nulls, datetimes
-as ISO-8601 strings or epoch milliseconds, and a few invalid records.
+as ISO-8601 strings or epoch milliseconds, and a few invalid records. The same
+arguments always give the same trips.
 
-Commands (run from the project root)::
+    python -m tools trips init     # zone lookup + 8 trip files
+    python -m tools trips land     # more files, one every 10 s
+    python -m tools trips send     # the trips as Kafka messages
+    python -m tools trips watch    # the summary topic, from the start
 
-    python -m {{ cookiecutter.python_package }}.example_data init      # zone lookup + 8 trip files
-    python -m {{ cookiecutter.python_package }}.example_data produce   # more files, one every 10 s
-
-Standard library only, so that it also runs while the project is created.
+Files need the standard library only, so that ``init`` also runs while the
+project is created; Kafka needs kafka-python.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -24,6 +25,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 LANDING_DIR = Path("data/01_raw/trips_landing")
 ZONES_FILE = Path("data/01_raw/taxi_zone_lookup.csv")
@@ -205,7 +207,7 @@ def init(
         os.utime(path, (stamp, stamp))
 
 
-def produce(landing_dir: Path, files: int, interval: float) -> Iterator[Path]:
+def land(landing_dir: Path, files: int, interval: float) -> Iterator[Path]:
     """Drops the next ``files`` landing files, one every ``interval`` seconds."""
     existing = sorted(landing_dir.glob("trips-*.json"))
     start = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
@@ -215,37 +217,152 @@ def produce(landing_dir: Path, files: int, interval: float) -> Iterator[Path]:
             time.sleep(interval)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    init_cmd = commands.add_parser(
-        "init", help="write the zone lookup and 8 trip files"
-    )
-    init_cmd.add_argument("--files", type=int, default=8)
-    produce_cmd = commands.add_parser("produce", help="drop trip files over time")
-    produce_cmd.add_argument(
-        "--files", type=int, default=6, help="how many files (default 6)"
-    )
-    produce_cmd.add_argument(
-        "--interval",
-        type=float,
-        default=10.0,
-        help="seconds between files (default 10)",
-    )
-    for command in (init_cmd, produce_cmd):
-        command.add_argument("--landing-dir", type=Path, default=LANDING_DIR)
-    args = parser.parse_args(argv)
+def bundled_messages(files: int) -> Iterator[str]:
+    """The JSON lines of the first ``files`` example files, bad records included."""
+    for index in range(files):
+        yield from trip_records(index)
 
-    if args.command == "init":
-        init(args.landing_dir, files=args.files)
-        sys.stdout.write(
-            f"Wrote {ZONES_FILE} and {args.files} files to {args.landing_dir}\n"
+
+def file_messages(path: Path) -> Iterator[str]:
+    """Rows of a TLC CSV or parquet file as JSON objects.
+
+    Parquet is read with pandas, whose ``to_json`` writes datetimes as epoch
+    milliseconds; ``parse_trips`` reads both those and ISO-8601 strings.
+    """
+    if path.suffix == ".parquet":
+        import pandas as pd  # noqa: PLC0415 - only this source needs pandas
+
+        yield from (
+            pd.read_parquet(path).to_json(orient="records", lines=True).splitlines()
         )
-    else:
-        for path in produce(args.landing_dir, args.files, args.interval):
-            sys.stdout.write(f"{path}\n")
+        return
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            yield json.dumps(
+                {key: value if value != "" else None for key, value in row.items()}
+            )
+
+
+def message_key(line: str) -> bytes | None:
+    """The trip's PULocationID, so that a zone's trips share a partition."""
+    try:
+        location = json.loads(line).get("PULocationID")
+    except (ValueError, AttributeError):
+        return None
+    return None if location is None else str(location).encode()
+
+
+def client_security(credentials: dict[str, Any] | None) -> dict[str, str]:
+    """kafka-python settings from a Kafka entry of credentials.yml.
+
+    The entry is what the project's Kafka datasets take: ``security_protocol``,
+    ``sasl_mechanism``, ``username`` and ``password``.
+    """
+    credentials = credentials or {}
+    settings = {}
+    if credentials.get("security_protocol"):
+        settings["security_protocol"] = credentials["security_protocol"]
+    if credentials.get("username"):
+        settings["sasl_mechanism"] = credentials.get("sasl_mechanism") or "PLAIN"
+        settings["sasl_plain_username"] = credentials["username"]
+        settings["sasl_plain_password"] = credentials.get("password") or ""
+    return settings
+
+
+def ensure_topic(
+    bootstrap_servers: str, topic: str, partitions: int, **security
+) -> None:
+    """Creates ``topic`` unless it exists."""
+    from kafka.admin import KafkaAdminClient, NewTopic  # noqa: PLC0415 - see send
+    from kafka.errors import TopicAlreadyExistsError  # noqa: PLC0415
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **security)
+    try:
+        if topic not in admin.list_topics():
+            admin.create_topics([NewTopic(topic, partitions, replication_factor=1)])
+            sys.stderr.write(f"Created topic {topic} with {partitions} partitions.\n")
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        admin.close()
+
+
+def send(
+    messages: Iterator[str],
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    rate: float = 0.0,
+    count: int | None = None,
+    partitions: int = 3,
+    **security,
+) -> int:
+    """Sends messages to ``topic``; returns how many were acknowledged.
+
+    Args:
+        messages: JSON lines to send.
+        bootstrap_servers: The broker list, ``host:port[,host:port]``.
+        topic: Created with ``partitions`` partitions if missing.
+        rate: Messages per second; 0 sends as fast as possible.
+        count: Stop after this many messages.
+        partitions: Partitions of a topic this call creates.
+        **security: kafka-python security settings.
+    """
+    # Imported here: landing files must work before kafka-python is installed.
+    from kafka import KafkaProducer  # noqa: PLC0415
+
+    ensure_topic(bootstrap_servers, topic, partitions, **security)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap_servers, acks="all", linger_ms=20, **security
+    )
+    started, sent = time.monotonic(), 0
+    futures = []
+    try:
+        for line in messages:
+            if count is not None and sent >= count:
+                break
+            futures.append(
+                producer.send(topic, key=message_key(line), value=line.encode())
+            )
+            sent += 1
+            if rate > 0:
+                # Pace against the start, so that slow sends do not add up.
+                delay = started + sent / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+        producer.flush()
+    finally:
+        producer.close()
+    acknowledged = sum(1 for future in futures if future.succeeded())
+    if acknowledged != sent:
+        raise RuntimeError(f"Only {acknowledged} of {sent} messages were acknowledged.")
+    return acknowledged
+
+
+def watch(bootstrap_servers: str, topic: str, idle_seconds: float, **security) -> int:
+    """Prints every message of ``topic`` from the start; returns how many.
+
+    Stops after ``idle_seconds`` without a new message (0: never).
+    """
+    from kafka import KafkaConsumer  # noqa: PLC0415
+
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=int(idle_seconds * 1000)
+        if idle_seconds > 0
+        else float("inf"),
+        **security,
+    )
+    seen = 0
+    try:
+        for message in consumer:
+            key = message.key.decode() if message.key else ""
+            sys.stdout.write(f"{key}\t{message.value.decode(errors='replace')}\n")
             sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    main()
+            seen += 1
+    finally:
+        consumer.close()
+    return seen
