@@ -75,7 +75,7 @@ def run_step(project: Path, step: str, out: Path) -> str:
         map={k: str(v) for k, v in spark_conf.items()}
     ).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    package = next(p for p in (project / "src").iterdir() if (p / "hooks.py").is_file())
+    package = next(p for p in (project / "src").iterdir() if (p / "streaming").is_dir())
     sys.path.insert(0, str(package.parent))
     nodes = __import__(f"{package.name}.pipelines.ingest.nodes", fromlist=["nodes"])
 
