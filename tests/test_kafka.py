@@ -207,26 +207,26 @@ def test_broker_cli_start_status_stop_keeps_data_reset_deletes(
 ):
     """The documented commands: start returns once the broker answers; stop
     keeps the data folder, so topics survive a restart; reset deletes it."""
+    # The default folder, relative to the project, as the README runs it.
     data_dir = fresh_project / "data/kafka-broker"
     cli = [project_bin / "python", "-m", "tools", "broker"]
-    where = ["--data-dir", str(data_dir)]
 
     def start() -> dict:
-        started = run([*cli, "start", "--port", "0", *where], cwd=fresh_project)
+        started = run([*cli, "start", "--port", "0"], cwd=fresh_project)
         state = json.loads((data_dir / "broker.json").read_text())
         assert started.stdout.strip() == state["bootstrap_servers"]
         return state
 
     first, second = start(), None
     try:
-        status = run([*cli, "status", *where], cwd=fresh_project).stdout
+        status = run([*cli, "status"], cwd=fresh_project).stdout
         assert json.loads(status)["running"] and json.loads(status)["reachable"]
         producer = KafkaProducer(bootstrap_servers=first["bootstrap_servers"])
         try:
             producer.send("smoke", b"hello").get(timeout=30)
         finally:
             producer.close()
-        run([*cli, "stop", *where], cwd=fresh_project)
+        run([*cli, "stop"], cwd=fresh_project)
         assert not broker_tool._pid_alive(first["pid"])
         assert (data_dir / "kraft-logs").is_dir()
 
@@ -235,7 +235,7 @@ def test_broker_cli_start_status_stop_keeps_data_reset_deletes(
         assert [
             r.value for r in consume_all(second["bootstrap_servers"], "smoke", 1)
         ] == [b"hello"]
-        run([*cli, "reset", *where], cwd=fresh_project)
+        run([*cli, "reset"], cwd=fresh_project)
         assert not broker_tool._pid_alive(second["pid"])
         assert not data_dir.exists()
     finally:

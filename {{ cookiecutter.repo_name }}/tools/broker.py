@@ -469,7 +469,8 @@ class LocalKafka:
         self.keep_data = data_dir is not None
         self.detach = detach
         self.stop_grace = stop_grace
-        self.data_dir: Path | None = Path(data_dir) if data_dir else None
+        # The broker runs in its data folder: every path it is given must be absolute.
+        self.data_dir: Path | None = Path(data_dir).resolve() if data_dir else None
         self.log_path: Path | None = None
         self.properties_path: Path | None = None
         self.cluster_id: str | None = None
