@@ -1,9 +1,9 @@
 """Continuous mode at a real event rate: Kafka in, bronze_trips out.
 
 Starts the project's local broker (``python -m tools broker start``), runs
-``kedro run --env kafka --params trigger_interval=1 second`` (both pipelines
-unless ``--pipelines`` says otherwise),
-and produces TLC-shaped trips at ``--rate`` messages/s for ``--seconds``. It
+``kedro run --env kafka --params trigger_interval=1 second`` (the default
+pipelines, ingest and aggregate, unless ``--pipelines`` says otherwise), and
+produces TLC-shaped trips at ``--rate`` messages/s for ``--seconds``. It
 samples the backlog (messages in the topic that bronze_trips has not
 committed) every few seconds, and measures, for every message, the time from
 its Kafka timestamp (set when produced) to the commit of the micro-batch that
@@ -59,7 +59,7 @@ def main() -> None:
     env_dir = project / "conf/bench-kafka"
     env_dir.mkdir()
     # conf/kafka as shipped, on a topic and tables of the benchmark's own.
-    for name in ("catalog.yml", "globals.yml"):
+    for name in ("catalog.yml", "globals.yml", "credentials.yml"):
         text = (project / "conf/kafka" / name).read_text()
         text = text.replace("trips_topic: taxi-trips", f"trips_topic: {TOPIC}")
         text = text.replace("output_root: data/kafka", "output_root: data/bench-kafka")
