@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
 from reference import (
     example_settings,
     expected_outputs,
@@ -281,6 +282,111 @@ def test_broker_keeps_acknowledged_messages_through_sigkill(broker_tool, tmp_pat
         finally:
             consumer.close()
     finally:
+        first.stop(grace=5)
+        if second is not None:
+            second.stop(grace=5)
+
+
+def send_acknowledged(servers: str, topic: str, values: list[bytes]) -> None:
+    """Sends with acks=all and returns once the broker acknowledged every one."""
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all")
+    try:
+        futures = [producer.send(topic, value) for value in values]
+        producer.flush()
+        for future in futures:
+            future.get(timeout=30)
+    finally:
+        producer.close()
+
+
+def committed_rows(table: Path) -> int:
+    """Rows of a file sink's committed batches; 0 before its first commit."""
+    log = table / "_spark_metadata"
+    if not log.is_dir() or not any(p.name[0].isdigit() for p in log.iterdir()):
+        return 0
+    return sum(len(pd.read_parquet(path)) for path in committed_files(table))
+
+
+def wait_until(condition, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(1)
+
+
+def test_continuous_run_through_a_broker_sigkill_loses_nothing(
+    fresh_project, project_bin, broker_tool, tmp_path
+):
+    """The broker of a continuous run is killed with SIGKILL and started again
+    on its data folder: the run rides through the outage, or stops naming the
+    broker; either way a rerun leaves every acknowledged message once in bronze."""
+    data_dir = tmp_path / "kafka-broker"
+    first = broker_tool.LocalKafka(data_dir=data_dir).start(timeout=180)
+    second, process = None, None
+    servers = first.bootstrap_servers
+    trips, _ = point_at_broker(fresh_project, servers, chunk=10_000)
+    lines = [line.encode() for line in bundled_lines(fresh_project)]
+    half = len(lines) // 2
+    bronze_dir = fresh_project / "data/kafka/02_intermediate/bronze_trips"
+
+    def bronze_rows() -> int:
+        return committed_rows(bronze_dir)
+
+    log_path = fresh_project / "outage.log"
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=servers)
+        admin.create_topics([NewTopic(trips, 1, 1)])
+        admin.close()
+        send_acknowledged(servers, trips, lines[:half])
+        with log_path.open("w") as log:
+            process = subprocess.Popen(
+                [
+                    project_bin / "kedro",
+                    "run",
+                    "--env",
+                    "kafka",
+                    "--pipelines",
+                    "ingest",
+                    "--params",
+                    "trigger_interval=1 second",
+                ],
+                cwd=fresh_project,
+                env=quiet_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(lambda: bronze_rows() == half or process.poll() is not None, 180)
+        assert bronze_rows() == half, log_path.read_text()[-5000:]
+
+        os.kill(first.pid, signal.SIGKILL)
+        first.stop()  # reaps the killed process; the folder stays
+        time.sleep(5)  # an outage of a few triggers
+        second = broker_tool.LocalKafka(data_dir=data_dir, port=first.port)
+        second.start(timeout=180)
+        send_acknowledged(servers, trips, lines[half:])
+        wait_until(
+            lambda: bronze_rows() == len(lines) or process.poll() is not None, 180
+        )
+        if process.poll() is None:
+            outcome = "rode through the outage"
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=120) == 0, log_path.read_text()[-5000:]
+        else:
+            outcome = "stopped"
+            output = log_path.read_text()
+            assert process.returncode != 0
+            assert f":{first.port}" in output, output[-5000:]
+        print(f"the continuous run {outcome}")
+
+        # A bounded rerun takes what is left, from the committed offsets.
+        kedro_run(project_bin, fresh_project, "--env", "kafka", "--pipelines", "ingest")
+        bronze = read_parquet(
+            fresh_project / "data/kafka", "02_intermediate/bronze_trips"
+        )
+        assert sorted(bronze.kafka_offset) == list(range(len(lines)))
+    finally:
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
         first.stop(grace=5)
         if second is not None:
             second.stop(grace=5)
