@@ -7,12 +7,16 @@ runs, or when a dataset of this package first loads or saves.
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from pathlib import Path
 
 import pyspark
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from .errors import StreamingConfigError
@@ -21,6 +25,10 @@ _KAFKA_CONNECTOR = re.compile(
     r"org\.apache\.spark:spark-sql-kafka-0-10_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
 )
 _settings: dict[str, str] = {}
+# spark-submit's report of what `spark.jars.packages` resolved: from its first
+# line to the line that says how many jars it copied.
+_IVY_REPORT_FIRST = (":: loading settings ::", "Ivy Default Cache set to:")
+_IVY_REPORT_LAST = b"artifacts copied"
 
 
 def configure_spark(settings: dict[str, object]) -> None:
@@ -48,12 +56,52 @@ def spark_session() -> SparkSession:
     builder = SparkSession.builder
     if remote:
         builder = builder.remote(remote)
+    elif SparkContext._gateway is None:
+        _start_jvm_without_ivy_report(conf)
     spark = builder.config(map=conf).getOrCreate()
     if not remote:
         spark.sparkContext.setLogLevel("WARN")
     # On a cluster the running Spark may differ from the local PySpark.
     check_kafka_connector(conf, spark.version, None)
     return spark
+
+
+def _start_jvm_without_ivy_report(conf: dict[str, str]) -> None:
+    """Starts Spark's JVM, keeping the dependency report off the console.
+
+    spark-submit prints Ivy's report for ``spark.jars.packages`` at every start
+    and has no setting against it. The JVM's stderr goes through a thread that
+    drops the report once the resolution has succeeded (and shows it if not,
+    since it then says why); every other line is passed on to stderr.
+    """
+    read_end, write_end = os.pipe()
+    threading.Thread(
+        target=_forward_stderr, args=(read_end,), name="spark-jvm-stderr", daemon=True
+    ).start()
+    try:
+        gateway = launch_gateway(
+            SparkConf(loadDefaults=False).setAll(list(conf.items())),
+            popen_kwargs={"stderr": write_end},
+        )
+    finally:
+        os.close(write_end)  # the JVM has its own copy
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _forward_stderr(read_end: int) -> None:
+    held: list[bytes] = []
+    with os.fdopen(read_end, "rb") as lines:
+        for line in lines:
+            if not held and line.decode(errors="replace").startswith(_IVY_REPORT_FIRST):
+                held.append(line)
+            elif held:
+                held.append(line)
+                if _IVY_REPORT_LAST in line:
+                    held = []
+            else:
+                os.write(2, line)
+    for line in held:  # the resolution did not finish: its report says why
+        os.write(2, line)
 
 
 def check_kafka_connector(
