@@ -131,29 +131,14 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
 
     def run_continuously(until, log_name: str) -> None:
         log_path = fresh_project / log_name
-        with log_path.open("w") as log:
-            process = subprocess.Popen(
-                [
-                    project_bin / "kedro",
-                    "run",
-                    "--env",
-                    "kafka",
-                    "--params",
-                    "trigger_interval=1 second",
-                ],
-                cwd=fresh_project,
-                env=quiet_env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            try:
-                until(process, log_path)
-                process.send_signal(signal.SIGTERM)
-                assert process.wait(timeout=120) == 0, log_path.read_text()[-5000:]
-            finally:
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
+        process = start_continuous_kafka_run(project_bin, fresh_project, log_path)
+        try:
+            until(process, log_path)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=120) == 0, log_path.read_text()[-5000:]
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
 
     def wait_for(condition, process, log_path, what: str, seconds: float = 180) -> None:
         deadline = time.monotonic() + seconds
@@ -287,6 +272,30 @@ def test_broker_keeps_acknowledged_messages_through_sigkill(broker_tool, tmp_pat
             second.stop(grace=5)
 
 
+def start_continuous_kafka_run(
+    bin_dir: Path, project: Path, log_path: Path, *args: str
+) -> subprocess.Popen:
+    """`kedro run --env kafka` at a 1-second trigger, its output in ``log_path``,
+    in a process group of its own (so that a test can kill it whole)."""
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            [
+                bin_dir / "kedro",
+                "run",
+                "--env",
+                "kafka",
+                *args,
+                "--params",
+                "trigger_interval=1 second",
+            ],
+            cwd=project,
+            env=quiet_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def send_acknowledged(servers: str, topic: str, values: list[bytes]) -> None:
     """Sends with acks=all and returns once the broker acknowledged every one."""
     producer = KafkaProducer(bootstrap_servers=servers, acks="all")
@@ -337,24 +346,9 @@ def test_continuous_run_through_a_broker_sigkill_loses_nothing(
         admin.create_topics([NewTopic(trips, 1, 1)])
         admin.close()
         send_acknowledged(servers, trips, lines[:half])
-        with log_path.open("w") as log:
-            process = subprocess.Popen(
-                [
-                    project_bin / "kedro",
-                    "run",
-                    "--env",
-                    "kafka",
-                    "--pipelines",
-                    "ingest",
-                    "--params",
-                    "trigger_interval=1 second",
-                ],
-                cwd=fresh_project,
-                env=quiet_env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        process = start_continuous_kafka_run(
+            project_bin, fresh_project, log_path, "--pipelines", "ingest"
+        )
         wait_until(lambda: bronze_rows() == half or process.poll() is not None, 180)
         assert bronze_rows() == half, log_path.read_text()[-5000:]
 
