@@ -62,10 +62,6 @@ class StreamingQueryHooks:
             self._settings = {}
 
     @hook_impl
-    def after_catalog_created(self, catalog: DataCatalog) -> None:
-        self._catalog = catalog
-
-    @hook_impl
     def before_pipeline_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
     ) -> None:
