@@ -19,10 +19,12 @@ import pytest
 pytest.register_assert_rewrite("support")
 
 from support import (  # noqa: E402
+    PACKAGE,
     PROJECT_NAME,
     SASL_PASSWORD,
     SASL_USER,
     STARTER_ROOT,
+    free_port,
     run,
 )
 
@@ -69,8 +71,67 @@ def project_bin(generated_project, tmp_path_factory) -> Path:
     # Editable with the dev extra (pytest, ruff, kedro-viz), as the README says,
     # so `python -m <package>.<command>` works; the copies the tests run in hold
     # the same code and read their own conf/ and data/.
-    run([*pip_install, "-e", ".[dev]"], cwd=generated_project, timeout=900)
+    run([*pip_install, "-e", ".[dev,connect]"], cwd=generated_project, timeout=900)
     return bin_dir
+
+
+@pytest.fixture(scope="session")
+def deps_python(project_bin, tmp_path_factory) -> Path:
+    """A Python with the project's dependencies but not the project itself.
+
+    Its site-packages points at the project venv's, whose `.pth` files (the
+    editable install of the project among them) it does not run: code that
+    imports the project under it got the package from Spark, as on a cluster.
+    """
+    env_dir = tmp_path_factory.mktemp("deps-only")
+    venv.create(env_dir, with_pip=False)
+    site = next((project_bin.parent / "lib").glob("python3*/site-packages"))
+    own_site = next((env_dir / "lib").glob("python3*/site-packages"))
+    (own_site / "project-dependencies.pth").write_text(f"{site}\n")
+    python = env_dir / "bin" / "python"
+    probe = run(
+        [python, "-c", f"import kedro, pyspark; import {PACKAGE}"],
+        cwd=env_dir,
+        check=False,
+    )
+    assert "No module named" in probe.output and PACKAGE in probe.output, probe.output
+    return python
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(generated_project, project_bin, tmp_path_factory):
+    """A real Spark standalone cluster (a master and a worker, separate JVMs)
+    for the session, started with the project's own tool."""
+    data_dir = tmp_path_factory.mktemp("spark-cluster")
+    tool = [project_bin / "python", "-m", "tools", "cluster"]
+    port = str(free_port())
+    started = run(
+        [*tool, "start", "--data-dir", data_dir, "--port", port, "--memory", "3g"],
+        cwd=generated_project,
+        timeout=180,
+    )
+    try:
+        yield {"master_url": started.stdout.strip(), "data_dir": data_dir}
+    finally:
+        run([*tool, "stop", "--data-dir", data_dir], cwd=generated_project, check=False)
+
+
+@pytest.fixture(scope="session")
+def connect_server(generated_project, project_bin, tmp_path_factory):
+    """A real Spark Connect server for the session (local[2]), set up from the
+    project's spark.yml by its own tool."""
+    data_dir = tmp_path_factory.mktemp("spark-connect")
+    tool = [project_bin / "python", "-m", "tools", "connect"]
+    port = str(free_port())
+    started = run(
+        [*tool, "start", "--data-dir", data_dir, "--port", port],
+        cwd=generated_project,
+        timeout=300,
+    )
+    try:
+        yield {"remote": started.stdout.strip(), "data_dir": data_dir}
+    finally:
+        run([*tool, "stop", "--data-dir", data_dir], cwd=generated_project, check=False)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import subprocess
 import time
 import uuid
@@ -18,7 +19,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from kafka import KafkaConsumer
-from reference import SUMMARY_COLUMNS
+from reference import (
+    SUMMARY_COLUMNS,
+    example_settings,
+    expected_outputs,
+    json_landing_batches,
+    zone_boroughs,
+)
 
 STARTER_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(
@@ -51,6 +58,12 @@ def quiet_env(**extra: str) -> dict[str, str]:
     }
     env.pop("PYTHONPATH", None)
     return {**env, **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run(
@@ -90,6 +103,27 @@ def kedro_run(
     bin_dir: Path, project: Path, *args: str, params=BOUNDED
 ) -> subprocess.CompletedProcess:
     return run([bin_dir / "kedro", "run", *args, *params], cwd=project, timeout=600)
+
+
+def example_reference(
+    project: Path, one_batch: bool = False, input_root: Path | None = None
+):
+    """The example's expected outputs, from the files of ``input_root``.
+
+    Args:
+        project: The project, whose parameters the computation follows.
+        one_batch: All landed files in one micro-batch (as shipped), else one
+            micro-batch per file.
+        input_root: Where the run reads its input; the project's data/01_raw
+            by default.
+    """
+    root = input_root or project / "data/01_raw"
+    batches = json_landing_batches(root / "trips_landing")
+    return expected_outputs(
+        [[record for batch in batches for record in batch]] if one_batch else batches,
+        zone_boroughs(root / "taxi_zone_lookup.csv"),
+        example_settings(project),
+    )
 
 
 def read_parquet(tables: Path, relative: str) -> pd.DataFrame:

@@ -37,6 +37,7 @@ from support import (
     assert_matches_reference,
     bundled_lines,
     consume_all,
+    free_port,
     kedro_run,
     point_at_broker,
     quiet_env,
@@ -402,11 +403,9 @@ def test_sasl_credentials_work_fail_clearly_and_are_never_printed(
             ), path
 
 
-def test_unreachable_broker_fails_within_the_timeout(
-    fresh_project, project_bin, broker_tool
-):
+def test_unreachable_broker_fails_within_the_timeout(fresh_project, project_bin):
     """Nothing listens on the port: the run fails in time, naming the address."""
-    address = f"127.0.0.1:{broker_tool.free_ports(1)[0]}"
+    address = f"127.0.0.1:{free_port()}"
     point_at_broker(fresh_project, address)
     result = run(
         [

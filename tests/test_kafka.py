@@ -213,7 +213,7 @@ def test_broker_cli_start_status_stop_keeps_data_reset_deletes(
         finally:
             producer.close()
         run([*cli, "stop"], cwd=fresh_project)
-        assert not broker_tool._pid_alive(first["pid"])
+        assert not broker_tool.pid_alive(first["pid"])
         assert (data_dir / "kraft-logs").is_dir()
 
         second = start()
@@ -222,12 +222,12 @@ def test_broker_cli_start_status_stop_keeps_data_reset_deletes(
             r.value for r in consume_all(second["bootstrap_servers"], "smoke", 1)
         ] == [b"hello"]
         run([*cli, "reset"], cwd=fresh_project)
-        assert not broker_tool._pid_alive(second["pid"])
+        assert not broker_tool.pid_alive(second["pid"])
         assert not data_dir.exists()
     finally:
         for state in (first, second):
-            if state and broker_tool._pid_alive(state["pid"]):
-                broker_tool._terminate(state["pid"], grace=5)
+            if state and broker_tool.pid_alive(state["pid"]):
+                broker_tool.terminate(state["pid"], grace=5)
 
 
 def test_broker_keeps_acknowledged_messages_through_sigkill(broker_tool, tmp_path):

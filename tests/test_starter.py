@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import yaml
 from reference import (
@@ -26,19 +25,11 @@ from support import (
     SHARED_DATA,
     STARTER_ROOT,
     assert_matches_reference,
+    example_reference,
     kedro_run,
     quiet_env,
     run,
 )
-
-
-def example_reference(project: Path, one_batch: bool = False):
-    batches = json_landing_batches(project / "data/01_raw/trips_landing")
-    return expected_outputs(
-        [[record for batch in batches for record in batch]] if one_batch else batches,
-        zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv"),
-        example_settings(project),
-    )
 
 
 def test_project_passes_ruff_and_its_own_tests(

@@ -1,17 +1,25 @@
 """The project's development tools, run from the project root.
 
     python -m tools broker start|stop|status|reset
-    python -m tools trips init|land
+    python -m tools trips init|land [--env local]
     python -m tools trips send|watch [--env kafka]
+    python -m tools cluster start|stop|status
+    python -m tools connect start|stop|status
+    python -m tools submit [--env cluster] [-- <kedro run options>]
 
-Kafka commands read the broker address, the topics and the credentials from
-``conf/<env>`` (default ``kafka``), as ``kedro run --env <env>`` does.
+Each command reads what it needs (the input folders, the broker address,
+topics and credentials, Spark settings) from ``conf/<env>``, as
+``kedro run --env <env>`` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
+import shlex
+import subprocess
 import sys
 import time
 import warnings
@@ -19,29 +27,61 @@ from pathlib import Path
 from typing import Any
 
 from kafka.errors import KafkaError
-from kedro.config import MissingConfigException, OmegaConfigLoader
+from kedro.config import MissingConfigException
 
-from tools import broker, trips
+from tools import broker, spark, trips
+from tools.processes import say
+
+
+def project_config(env: str) -> dict[str, Any]:
+    """The ``globals``, ``credentials`` and ``spark`` settings of ``conf/<env>``.
+
+    Read as ``kedro run --env <env>`` reads them: with the project's
+    ``settings.py`` (its resolvers included) and ``conf/base`` beneath.
+    """
+    # Imported here: importing Kedro's project module sets up its logging.
+    from kedro.framework.project import settings as project_settings  # noqa: PLC0415
+    from kedro.framework.startup import bootstrap_project  # noqa: PLC0415
+
+    with warnings.catch_warnings():
+        # Kedro registers its resolvers with an API newer omegaconf deprecates.
+        warnings.simplefilter("ignore", UserWarning)
+        metadata = bootstrap_project(Path.cwd())
+        loader = project_settings.CONFIG_LOADER_CLASS(
+            conf_source=str(metadata.project_path / project_settings.CONF_SOURCE),
+            env=env,
+            **project_settings.CONFIG_LOADER_ARGS,
+        )
+        config: dict[str, Any] = {"package_name": metadata.package_name}
+        for key in ("globals", "credentials", "spark"):
+            try:
+                config[key] = loader[key] or {}
+            except MissingConfigException:  # e.g. an environment without secrets
+                config[key] = {}
+    return config
 
 
 def kafka_conf(env: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``kafka`` globals and the ``kafka`` credentials of ``conf/<env>``."""
-    with warnings.catch_warnings():
-        # Kedro registers its resolvers with an API newer omegaconf deprecates.
-        warnings.simplefilter("ignore", UserWarning)
-        loader = OmegaConfigLoader(
-            conf_source="conf", env=env, base_env="base", default_run_env="local"
-        )
-        entries = []
-        for key in ("globals", "credentials"):
-            try:
-                entries.append(loader[key].get("kafka") or {})
-            except MissingConfigException:  # e.g. an environment without secrets
-                entries.append({})
-    settings, credentials = entries
+    config = project_config(env)
+    settings, credentials = (
+        config["globals"].get("kafka") or {},
+        config["credentials"].get("kafka") or {},
+    )
     if not settings.get("bootstrap_servers"):
         raise ValueError(f"conf/{env}/globals.yml sets no kafka.bootstrap_servers")
     return settings, credentials
+
+
+def input_root(env: str) -> Path:
+    """Where ``conf/<env>`` reads landing files and the zone table from."""
+    root = str(project_config(env)["globals"].get("input_root", "data/01_raw"))
+    if "://" in root.removeprefix("file://"):
+        raise ValueError(
+            f"conf/{env} reads input from {root}: these tools write local folders "
+            "only; copy the files there with your storage's own tools"
+        )
+    return Path(root.removeprefix("file://"))
 
 
 def run_broker(args: argparse.Namespace) -> int:
@@ -72,14 +112,16 @@ def run_broker(args: argparse.Namespace) -> int:
 
 
 def run_trips(args: argparse.Namespace) -> int:
+    if args.command in ("init", "land"):
+        root = input_root(args.env)
+        landing_dir = args.landing_dir or root / trips.LANDING_FOLDER
     if args.command == "init":
-        trips.init(args.landing_dir, files=args.files)
-        sys.stdout.write(
-            f"Wrote {trips.ZONES_FILE} and {args.files} files to {args.landing_dir}\n"
-        )
+        zones = root / trips.ZONES_FILE_NAME
+        trips.init(landing_dir, zones, files=args.files)
+        sys.stdout.write(f"Wrote {zones} and {args.files} files to {landing_dir}\n")
         return 0
     if args.command == "land":
-        for path in trips.land(args.landing_dir, args.files, args.interval):
+        for path in trips.land(landing_dir, args.files, args.interval):
             sys.stdout.write(f"{path}\n")
             sys.stdout.flush()
         return 0
@@ -113,6 +155,123 @@ def run_trips(args: argparse.Namespace) -> int:
         f"in {time.monotonic() - started:.1f} s\n"
     )
     return 0
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    if args.command == "stop":
+        stopped = spark.stop(args.data_dir, spark.CLUSTER_STATE, args.grace)
+        say("Stopped the cluster." if stopped else "The cluster was not running.")
+        return 0
+    if args.command == "status":
+        state = spark.status(args.data_dir, spark.CLUSTER_STATE)
+        say(json.dumps(state, indent=2))
+        return 0 if state["running"] else 3
+    state = spark.start_cluster(
+        args.data_dir,
+        port=args.port,
+        workers=args.workers,
+        cores=args.cores,
+        memory=args.memory,
+        timeout=args.timeout,
+    )
+    say(
+        f"Spark standalone cluster: {args.workers} worker(s), web UI {state['ui_url']}",
+        file=sys.stderr,
+    )
+    say(state["master_url"])
+    return 0
+
+
+def run_connect(args: argparse.Namespace) -> int:
+    if args.command == "stop":
+        stopped = spark.stop(args.data_dir, spark.CONNECT_STATE, args.grace)
+        say("Stopped the server." if stopped else "The server was not running.")
+        return 0
+    if args.command == "status":
+        state = spark.status(args.data_dir, spark.CONNECT_STATE)
+        say(json.dumps(state, indent=2))
+        return 0 if state["running"] else 3
+    settings = {
+        key: str(value)
+        for key, value in project_config(args.env)["spark"].items()
+        if value is not None
+    }
+    master = args.master or settings.get("spark.master", "local[2]")
+    state = spark.start_connect(
+        args.data_dir, settings, port=args.port, master=master, timeout=args.timeout
+    )
+    say(f"Spark Connect server on {master}, log {args.data_dir}", file=sys.stderr)
+    say(state["remote"])
+    return 0
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    kedro_args = (
+        args.kedro_args[1:] if args.kedro_args[:1] == ["--"] else args.kedro_args
+    )
+    command, env = submit_command(args.env, kedro_args)
+    say(shlex.join(command), file=sys.stderr)
+    return 0 if args.dry_run else subprocess.call(command, env=env)
+
+
+def submit_command(env: str, kedro_args: list[str]) -> tuple[list[str], dict]:
+    """spark-submit of the packaged project (``kedro package``) with ``conf/<env>``.
+
+    Spark's settings come from the environment's spark.yml, written as a
+    properties file: spark-submit starts the JVM, so it must resolve the Kafka
+    connector (``spark.jars.packages``) itself.
+    """
+    package = project_config(env)["package_name"]
+    dist = Path("dist")
+    wheels = sorted(dist.glob(f"{package}-*.whl"))
+    conf_archive = dist / f"conf-{package}.tar.gz"
+    if not wheels or not conf_archive.is_file():
+        raise ValueError("dist/ holds no packaged project: run `kedro package` first")
+    settings = {
+        key: str(value)
+        for key, value in project_config(env)["spark"].items()
+        if value is not None
+    }
+    if settings.get("spark.remote"):
+        raise ValueError(
+            f"conf/{env} uses Spark Connect (spark.remote): run it with "
+            f"`kedro run --env {env}`; spark-submit needs a spark.master"
+        )
+    properties = dist / f"spark-{env}.conf"
+    properties.write_text(
+        "".join(  # a Java properties file: backslashes are escapes
+            f"{key} {value.replace(chr(92), chr(92) * 2)}\n"
+            for key, value in sorted(settings.items())
+        )
+    )
+    entry_point = dist / "kedro_run.py"
+    entry_point.write_text(ENTRY_POINT.format(package=package))
+    command = [
+        str(spark.SPARK_HOME / "bin" / "spark-submit"),
+        *("--properties-file", str(properties)),
+        *("--py-files", str(wheels[-1])),
+        str(entry_point),
+        *("--env", env, "--conf-source", str(conf_archive)),
+        *kedro_args,
+    ]
+    # The driver needs the project's dependencies: by default, this Python's.
+    python = {
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "PYSPARK_DRIVER_PYTHON": os.environ.get(
+            "PYSPARK_DRIVER_PYTHON", sys.executable
+        ),
+    }
+    return command, {**os.environ, **python}
+
+
+ENTRY_POINT = '''"""spark-submit's entry point: runs the packaged project as `kedro run` would."""
+
+import sys
+
+from {package}.__main__ import main
+
+main(sys.argv[1:])
+'''
 
 
 def parser() -> argparse.ArgumentParser:
@@ -157,7 +316,12 @@ def parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=10.0, help="seconds between files"
     )
     for command in (init, land):
-        command.add_argument("--landing-dir", type=Path, default=trips.LANDING_DIR)
+        command.add_argument(
+            "--landing-dir", type=Path, help="default: input_root's trips_landing"
+        )
+        command.add_argument(
+            "--env", default="local", help="conf/<env> to take input_root from"
+        )
 
     send = commands.add_parser("send", help="send the trips to Kafka")
     send.add_argument("--topic", help="default: kafka.trips_topic")
@@ -179,7 +343,56 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--env", default="kafka", help="conf/<env> (default kafka)"
         )
+    add_spark_commands(tools)
     return main
+
+
+def add_spark_commands(tools) -> None:
+    """``cluster``, ``connect`` and ``submit``."""
+    cluster = tools.add_parser("cluster", help="a Spark standalone cluster")
+    cluster.set_defaults(run=run_cluster)
+    commands = cluster.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("start", help="start a master and workers, detached")
+    start.add_argument("--port", type=int, default=7077, help="the master's port")
+    start.add_argument("--workers", type=int, default=1)
+    start.add_argument("--cores", type=int, default=2, help="cores per worker")
+    start.add_argument("--memory", default="4g", help="memory per worker")
+    start.add_argument("--timeout", type=float, default=90, help="seconds to start")
+    stop = commands.add_parser("stop", help="stop the master and workers")
+    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
+    for command in (start, stop, status):
+        command.add_argument("--data-dir", type=Path, default=spark.DATA_DIR)
+    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
+
+    connect = tools.add_parser("connect", help="a Spark Connect server")
+    connect.set_defaults(run=run_connect)
+    commands = connect.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("start", help="start it, detached; wait until ready")
+    start.add_argument("--port", type=int, default=15002, help="its gRPC port")
+    start.add_argument(
+        "--master", help="where it runs queries (default: spark.master of --env)"
+    )
+    start.add_argument(
+        "--env", default="local", help="conf/<env> whose spark.yml sets it up"
+    )
+    start.add_argument("--timeout", type=float, default=180, help="seconds to start")
+    stop = commands.add_parser("stop", help="stop it")
+    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
+    for command in (start, stop, status):
+        command.add_argument("--data-dir", type=Path, default=spark.DATA_DIR)
+    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
+
+    submit = tools.add_parser(
+        "submit", help="spark-submit the packaged project (`kedro package` first)"
+    )
+    submit.set_defaults(run=run_submit)
+    submit.add_argument("--env", default="cluster", help="conf/<env> (default cluster)")
+    submit.add_argument(
+        "--dry-run", action="store_true", help="print the command, do not run it"
+    )
+    submit.add_argument(
+        "kedro_args", nargs=argparse.REMAINDER, help="more `kedro run` options"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (broker.BrokerError, KafkaError, ValueError) as error:
+    except (broker.BrokerError, spark.SparkToolError, KafkaError, ValueError) as error:
         sys.stderr.write(f"error: {error}\n")
         return 1
 

@@ -31,8 +31,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +40,17 @@ from pathlib import Path
 
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
+
+from tools.processes import (
+    HOST,
+    free_ports,
+    pid_alive,
+    pid_cmdline,
+    port_is_free,
+    say,
+    tail,
+    terminate,
+)
 
 KAFKA_VERSION = "4.3.1"
 """Newest ``org.apache.kafka:kafka_2.13`` release whose full runtime closure resolves."""
@@ -61,7 +70,6 @@ DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 
 DATA_DIR = Path("data/kafka-broker")
 STATE_FILE = "broker.json"
-HOST = "127.0.0.1"
 NODE_ID = 1
 
 _USERNAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -237,35 +245,6 @@ def probe(bootstrap_servers: str, timeout: float = 3.0, **security) -> dict:
     return cluster
 
 
-def _port_is_free(port: int, host: str = HOST) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Kafka sets SO_REUSEADDR too, so a port in TIME_WAIT counts as free.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def free_ports(count: int, host: str = HOST) -> list[int]:
-    """Returns ``count`` distinct free ports.
-
-    All sockets are held open until every port is chosen so the OS cannot hand
-    out the same port twice.  Another process could still grab one before the
-    broker binds it; that race is accepted (the start error will say so).
-    """
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(
-                socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            )
-            sock.bind((host, 0))
-            ports.append(sock.getsockname()[1])
-        return ports
-
-
 def _new_cluster_id() -> str:
     """Generates a Kafka Uuid string (22 chars of URL-safe base64, no padding).
 
@@ -329,59 +308,6 @@ def _java_executable() -> str:
     if not java:
         raise BrokerError("Java not found: install a JDK/JRE 17+ or set JAVA_HOME.")
     return java
-
-
-def _tail(path: Path, lines: int) -> str:
-    """Returns the last ``lines`` lines of a text file ('' if missing)."""
-    if lines <= 0:
-        return ""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            # Read a bounded chunk from the end; Kafka log lines are short.
-            fh.seek(max(0, size - lines * 1024))
-            data = fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(data.splitlines()[-lines:])
-
-
-def _pid_alive(pid: int) -> bool:
-    """True if ``pid`` runs and is not a zombie (exited but not yet reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # No procfs (macOS): trust kill(0).
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _pid_cmdline(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline")
-            .read_bytes()
-            .replace(b"\0", b" ")
-            .decode(errors="replace")
-        )
-    except OSError:
-        pass
-    try:  # No procfs (macOS).
-        out = subprocess.run(
-            ["ps", "-p", str(pid), "-o", "command="],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError:
-        return ""
-    return out.stdout
 
 
 _LOG4J2_PROPERTIES = """\
@@ -549,13 +475,13 @@ class LocalKafka:
         with contextlib.suppress(Exception):
             atexit.unregister(self._stop_quietly)
         if proc is not None:
-            _terminate(proc.pid, grace, proc=proc)
+            terminate(proc.pid, grace, proc=proc)
         if self.data_dir is not None and not self.keep_data:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def log_tail(self, lines: int = 50) -> str:
         """Returns the last ``lines`` lines of the broker log ('' if none yet)."""
-        return _tail(self.log_path, lines) if self.log_path else ""
+        return tail(self.log_path, lines) if self.log_path else ""
 
     def state(self) -> dict:
         """Returns a JSON-serialisable description (used for the CLI state file)."""
@@ -587,7 +513,7 @@ class LocalKafka:
         self.port, self.sasl_port = self._requested_ports
         wanted = [p for p in self._requested_ports if p is not None]
         for port in wanted:
-            if not _port_is_free(port):
+            if not port_is_free(port):
                 raise BrokerError(f"port {port} on {HOST} is already in use")
         free = iter(free_ports(5))  # spares in case one equals a requested port
         used = set(wanted)
@@ -774,33 +700,6 @@ class LocalKafka:
             time.sleep(0.25)
 
 
-def _terminate(pid: int, grace: float, proc: subprocess.Popen | None = None) -> None:
-    """Sends SIGTERM, waits up to ``grace`` seconds, then SIGKILLs ``pid``.
-
-    When ``proc`` (our own child) is given it is also reaped, so no zombie is left.
-    """
-
-    def alive() -> bool:
-        return proc.poll() is None if proc is not None else _pid_alive(pid)
-
-    if not alive():
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    end = time.monotonic() + grace
-    while alive() and time.monotonic() < end:
-        time.sleep(0.1)
-    if alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        end = time.monotonic() + 10
-        while alive() and time.monotonic() < end:
-            time.sleep(0.05)
-    if proc is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-
-
 # The commands of `python -m tools broker`: the broker runs detached, and
 # <data_dir>/broker.json records it for the next command.
 
@@ -819,9 +718,9 @@ def _state_is_ours(state: dict) -> bool:
     after the broker died on its own.
     """
     pid = state.get("pid")
-    if not isinstance(pid, int) or not _pid_alive(pid):
+    if not isinstance(pid, int) or not pid_alive(pid):
         return False
-    cmdline = _pid_cmdline(pid)
+    cmdline = pid_cmdline(pid)
     return "kafka.Kafka" in cmdline and str(state.get("properties_path")) in cmdline
 
 
@@ -847,10 +746,10 @@ def start(
     with _locked(data_dir):
         state = _read_state(data_dir)
         if state and _state_is_ours(state):
-            _say(f"Kafka already runs (pid {state['pid']}).", file=sys.stderr)
-            _say(state["bootstrap_servers"])
+            say(f"Kafka already runs (pid {state['pid']}).", file=sys.stderr)
+            say(state["bootstrap_servers"])
             return 0
-        if port and not _port_is_free(port):
+        if port and not port_is_free(port):
             # Most likely another broker (Docker's?) on the same port: say so
             # rather than start a second one that clients would not reach.
             raise BrokerError(f"port {port} is in use: is another Kafka running?")
@@ -872,16 +771,14 @@ def start(
         except BaseException:
             kafka.stop()  # a broker nobody can find again must not keep running
             raise
-    _say(
+    say(
         f"Kafka {kafka.version} ready in {time.monotonic() - started:.1f} s "
         f"(pid {kafka.pid}, data {data_dir}, log {kafka.log_path})",
         file=sys.stderr,
     )
     if kafka.sasl_bootstrap_servers:
-        _say(
-            f"SASL_PLAINTEXT listener: {kafka.sasl_bootstrap_servers}", file=sys.stderr
-        )
-    _say(kafka.bootstrap_servers)
+        say(f"SASL_PLAINTEXT listener: {kafka.sasl_bootstrap_servers}", file=sys.stderr)
+    say(kafka.bootstrap_servers)
     return 0
 
 
@@ -890,10 +787,10 @@ def stop(data_dir: Path, grace: float = 20.0) -> int:
     with _locked(data_dir):
         state = _read_state(data_dir)
         if state and _state_is_ours(state):
-            _terminate(state["pid"], grace)
-            _say(f"Stopped Kafka (pid {state['pid']}); data kept in {data_dir}.")
+            terminate(state["pid"], grace)
+            say(f"Stopped Kafka (pid {state['pid']}); data kept in {data_dir}.")
         else:
-            _say("Kafka was not running.")
+            say("Kafka was not running.")
         (data_dir / STATE_FILE).unlink(missing_ok=True)
     return 0
 
@@ -902,20 +799,20 @@ def status(data_dir: Path) -> int:
     """Prints the broker's state as JSON; 0 if it runs and answers, else 3."""
     state = _read_state(data_dir)
     if state is None:
-        _say(json.dumps({"running": False}))
+        say(json.dumps({"running": False}))
         return 3
     running, reachable = _state_is_ours(state), False
     if running:
         with contextlib.suppress(KafkaError, OSError):
             reachable = bool(probe(state["bootstrap_servers"]))
-    _say(json.dumps({**state, "running": running, "reachable": reachable}, indent=2))
+    say(json.dumps({**state, "running": running, "reachable": reachable}, indent=2))
     return 0 if running and reachable else 3
 
 
 def reset(data_dir: Path) -> int:
     """Stops the broker if it runs, and deletes its data folder."""
     if not data_dir.exists():
-        _say(f"No broker data in {data_dir}.")
+        say(f"No broker data in {data_dir}.")
         return 0
     # Only a folder this module made: never a path typed by mistake.
     if not (data_dir / "kraft-logs").is_dir() and any(
@@ -924,11 +821,5 @@ def reset(data_dir: Path) -> int:
         raise BrokerError(f"{data_dir} does not look like a broker data folder")
     stop(data_dir)
     shutil.rmtree(data_dir)
-    _say(f"Deleted {data_dir}.")
+    say(f"Deleted {data_dir}.")
     return 0
-
-
-def _say(line: object, file=None) -> None:
-    stream = file or sys.stdout
-    stream.write(f"{line}\n")
-    stream.flush()

@@ -27,8 +27,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-LANDING_DIR = Path("data/01_raw/trips_landing")
-ZONES_FILE = Path("data/01_raw/taxi_zone_lookup.csv")
+# Their names under the environment's input_root (conf/<env>/globals.yml).
+LANDING_FOLDER = "trips_landing"
+ZONES_FILE_NAME = "taxi_zone_lookup.csv"
+LANDING_DIR = Path("data/01_raw") / LANDING_FOLDER
+ZONES_FILE = Path("data/01_raw") / ZONES_FILE_NAME
 EVENT_TIME_START = datetime(2024, 3, 1, 6, 0, tzinfo=timezone.utc)
 # Each file holds about this much event time, so 8 files span 4 hours.
 FILE_SPAN = timedelta(minutes=30)

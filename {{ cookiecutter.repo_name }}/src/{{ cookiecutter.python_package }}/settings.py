@@ -1,12 +1,18 @@
 """Project settings. https://docs.kedro.org/en/stable/kedro_project_setup/settings.html"""
 
+from omegaconf.resolvers import oc
+
 from {{ cookiecutter.python_package }}.streaming import SparkHooks, StreamingQueryHooks
 
 # SparkHooks reads spark.yml and starts the SparkSession when a pipeline runs;
 # StreamingQueryHooks runs the life of the streaming queries the pipelines start.
 HOOKS = (SparkHooks(), StreamingQueryHooks())
 
+# `oc.env` everywhere, not only in credentials: a cluster environment takes its
+# storage root and master URL from the deployment's variables. Secrets still
+# belong in credentials.yml, which is never logged.
 CONFIG_LOADER_ARGS = {
+    "custom_resolvers": {"oc.env": oc.env},
     "base_env": "base",
     "default_run_env": "local",
     "config_patterns": {

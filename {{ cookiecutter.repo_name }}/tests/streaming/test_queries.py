@@ -126,16 +126,21 @@ def test_bad_configuration_fails_before_any_query_starts(case):
 
 
 def test_kafka_connector_must_match_the_running_spark():
-    conf = {"spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1"}
+    packages = "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1"
     with pytest.raises(StreamingConfigError) as error:
-        check_kafka_connector(conf, "4.0.0", "2.13")
+        check_kafka_connector(packages, "4.0.0", "2.13")
     message = str(error.value)
     assert "spark-sql-kafka-0-10_2.12:3.5.1" in message
     assert "4.0.0 built for Scala 2.13" in message
     assert "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0" in message
 
-    conf = {"spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"}
-    check_kafka_connector(conf, "4.0.0", "2.13")
+    check_kafka_connector(
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0", "4.0.0", "2.13"
+    )
+
+    # A Spark Connect server's connector is fixed where the server starts.
+    with pytest.raises(StreamingConfigError, match="Fix: restart the server with"):
+        check_kafka_connector(packages, "4.0.0", None, fix="restart the server with")
 
 
 def test_unknown_run_trigger_names_both_choices():

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
 from kedro.io import DataCatalog
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError
 
 TRIGGERS = ("processing_time", "available_now")
+# The root cause in a Kafka client's error, e.g. "...errors.TimeoutException: ..."
+_KAFKA_ERROR = re.compile(r"org\.apache\.kafka\.common\.errors\.(\w+: [^\n]*)")
 
 
 def run_trigger(settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -61,53 +63,93 @@ def check_configuration(
         )
 
 
+def check_paths_reach_the_cluster(
+    paths: dict[str, list[str]], where: str, env: str | None = None
+) -> None:
+    """Fails on relative paths when Spark does not run in this process.
+
+    Executors on a cluster, or a Spark Connect server, resolve a relative path
+    against their own working directory (or the cluster's default file
+    system), so a run would write where this process cannot see, or read
+    nothing.
+
+    Args:
+        paths: Each dataset's folders and checkpoints.
+        where: Where Spark runs, for the message.
+        env: The run's environment, for the message.
+    """
+    relative = [
+        f"'{name}': '{path}'"
+        for name, dataset_paths in sorted(paths.items())
+        for path in dataset_paths
+        if path and "://" not in path and not path.startswith(("/", "file:"))
+    ]
+    if relative:
+        raise StreamingConfigError(
+            f"Spark runs on {where}, which does not see this process's relative "
+            "paths:\n  - " + "\n  - ".join(relative) + "\nSet input_root and "
+            f"output_root in conf/{env or '<env>'}/globals.yml to storage that the "
+            "driver and every executor see: hdfs://, s3a://, abfss://, gs://, or "
+            "an absolute path on a shared mount."
+        )
+
+
 def check_kafka_reachable(
     spark: SparkSession, name: str, dataset: SparkStreamingDataset, timeout: float
 ) -> None:
-    """Fails within ``timeout`` seconds unless the dataset's brokers accept it.
+    """Fails within about ``timeout`` seconds unless the dataset's brokers accept it.
 
-    The check connects with Spark's own Kafka client and the dataset's ``kafka.*``
-    options (credentials included), as the query would. Without it, Spark
-    retries an unreachable broker or a wrong password inside a running query
-    for a long time.
+    The check runs where the queries will: a batch read through Spark's Kafka
+    source, with the dataset's ``kafka.*`` options (credentials included), that
+    asks the brokers for metadata and reads no topic. It works on a local
+    master, a cluster and Spark Connect alike. Without it, Spark retries an
+    unreachable broker or a wrong password inside a running query for a long
+    time.
     """
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:  # Spark Connect: the brokers are the cluster's to reach.
-        return
-    config = dataset.kafka_client_config
-    servers = config.get("bootstrap.servers", "")
-    properties = jvm.java.util.Properties()
-    for key, value in config.items():
-        properties.put(key, value)
-    for key in ("request.timeout.ms", "default.api.timeout.ms"):
-        properties.put(key, str(int(timeout * 1000)))
-    seconds = jvm.java.util.concurrent.TimeUnit.SECONDS
-    admin = None
+    milliseconds = str(int(timeout * 1000))
+    options = {
+        f"kafka.{key}": value for key, value in dataset.kafka_client_config.items()
+    }
+    servers = options.get("kafka.bootstrap.servers", "")
     try:
-        admin = jvm.org.apache.kafka.clients.admin.Admin.create(properties)
-        admin.describeCluster().nodes().get(int(timeout), seconds)
-    except Py4JJavaError as error:
-        cause = error.java_exception
-        while cause.getCause() is not None:
-            cause = cause.getCause()
-        kind, detail = cause.getClass().getSimpleName(), cause.getMessage()
-        if "Authentication" in kind:
+        (
+            spark.read.format("kafka")
+            .options(**options)
+            .option("subscribePattern", "(?!)")  # a pattern no topic matches
+            .option("kafka.request.timeout.ms", milliseconds)
+            .option("kafka.default.api.timeout.ms", milliseconds)
+            .option("fetchOffset.numRetries", "1")
+            .load()
+            .count()
+        )
+    except Exception as error:  # py4j, PySpark and Spark Connect errors alike
+        text = str(error)
+        if "DATA_SOURCE_NOT_FOUND" in text or "find data source: kafka" in text:
+            raise StreamingConfigError(
+                f"'{name}': the Spark that runs (Spark {spark.version}) has no Kafka "
+                "connector. Add org.apache.spark:spark-sql-kafka-0-10_2.13:"
+                f"{spark.version} to spark.jars.packages in spark.yml, to "
+                "spark-submit's --packages, or to the Spark Connect server's "
+                "--packages, whichever starts Spark."
+            ) from None
+        cause = _KAFKA_ERROR.findall(text)
+        detail = cause[-1] if cause else headline(error)
+        if "Authentication" in detail or "Sasl" in detail:
             fix = (
                 "refused the credentials: check the entry the dataset names with "
                 "`credentials:` in conf/<env>/credentials.yml (or the variables it reads)"
             )
-        else:
+        elif "Timeout" in detail:
             fix = (
                 f"did not answer within {timeout:g} s: check that it runs and that "
                 "the dataset's kafka.bootstrap.servers is right "
                 "(`kafka_connect_timeout` in streaming.yml sets the wait)"
             )
+        else:
+            fix = "could not be used"
         raise StreamingConfigError(
-            f"'{name}': the Kafka broker at {servers} {fix}. ({kind}: {detail})"
+            f"'{name}': the Kafka broker at {servers} {fix}. ({detail})"
         ) from None
-    finally:
-        if admin is not None:
-            admin.close(jvm.java.time.Duration.ofSeconds(1))
 
 
 def headline(error: Exception, limit: int = 1000) -> str:

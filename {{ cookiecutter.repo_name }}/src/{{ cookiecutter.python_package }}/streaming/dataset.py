@@ -41,6 +41,10 @@ class SparkDataset(_KedroSparkDataset):
     as in ``kedro ipython``, where no pipeline runs.
     """
 
+    def __init__(self, *, filepath: str, **kwargs: Any) -> None:
+        super().__init__(filepath=filepath, **kwargs)
+        self.path = filepath
+
     def load(self) -> DataFrame:
         spark_session()
         return super().load()

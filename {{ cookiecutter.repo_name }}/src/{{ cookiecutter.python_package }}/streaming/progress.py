@@ -49,10 +49,15 @@ class ProgressLog:
 
     def _log(self, name: str, report: dict[str, Any]) -> None:
         states = report.get("stateOperators", [])
-        metrics = report.get("observedMetrics", {})
+        metrics = {
+            name: _metric_row(row)
+            for name, row in report.get("observedMetrics", {}).items()
+        }
+        # Per source: Spark Connect's reports carry no top-level totals.
+        sources = report.get("sources", [])
         batch = {
             "batches": 1,
-            "input_rows": report["numInputRows"],
+            "input_rows": sum(source.get("numInputRows", 0) for source in sources),
             "rows_written": metrics.get(ROWS_WRITTEN_METRIC, {}).get("rows", 0),
             # Rows a node counted as quarantined (an observed `quarantined` metric).
             "quarantined": sum(
@@ -70,13 +75,24 @@ class ProgressLog:
             batch["input_rows"],
             batch["rows_written"],
             batch["quarantined"],
-            report.get("processedRowsPerSecond", 0.0),
+            sum(source.get("processedRowsPerSecond", 0.0) for source in sources),
             report.get("batchDuration", 0),
             report.get("eventTime", {}).get("watermark", "none"),
             sum(state.get("numRowsTotal", 0) for state in states),
             batch["dropped_by_watermark"],
         )
         self.totals.setdefault(name, Counter()).update(batch)
+
+
+def _metric_row(row: dict[str, Any]) -> dict[str, Any]:
+    """An observed metric's row as ``{column: value}``.
+
+    Classic Spark reports it so; Spark Connect as ``values`` and ``schema``.
+    """
+    if "values" in row and "schema" in row:
+        names = [field["name"] for field in row["schema"]["fields"]]
+        return dict(zip(names, row["values"], strict=False))
+    return row
 
 
 def _reports_newest_first(query: StreamingQuery) -> Iterator[dict[str, Any]]:

@@ -28,14 +28,15 @@ from pyspark.sql.streaming import StreamingQuery
 from .checks import (
     check_configuration,
     check_kafka_reachable,
+    check_paths_reach_the_cluster,
     headline,
     run_trigger,
     streaming_datasets,
 )
-from .dataset import SparkStreamingDataset
+from .dataset import SparkDataset, SparkStreamingDataset
 from .errors import StreamingQueryFailed
 from .progress import ProgressLog
-from .session import spark_session
+from .session import spark_location, spark_session
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +75,16 @@ class StreamingQueryHooks:
         sources = streaming_datasets(catalog, pipeline.inputs())
         trigger = run_trigger(self._settings)
         check_configuration(sinks, sources)
+        spark = spark_session()
+        location = spark_location(spark)
+        if location:
+            check_paths_reach_the_cluster(
+                _paths(catalog, pipeline.datasets()), location, run_params.get("env")
+            )
         timeout = float(self._settings.get("kafka_connect_timeout", 30))
         for name, dataset in {**sources, **sinks}.items():
             if dataset.file_format == "kafka":
-                check_kafka_reachable(spark_session(), name, dataset, timeout)
+                check_kafka_reachable(spark, name, dataset, timeout)
 
         # The run's trigger wins; else the sink's own; else the run's interval.
         interval = str(self._settings.get("trigger_interval", "10 seconds"))
@@ -217,3 +224,15 @@ class StreamingQueryHooks:
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)
         self._previous_handlers = {}
+
+
+def _paths(catalog: DataCatalog, names: set[str]) -> dict[str, list[str]]:
+    """The folders and checkpoints of the runtime's datasets among ``names``."""
+    paths = {}
+    for name in names:
+        dataset = catalog[name] if name in catalog else None
+        if isinstance(dataset, SparkStreamingDataset):
+            paths[name] = [p for p in (dataset.path, dataset.checkpoint) if p]
+        elif isinstance(dataset, SparkDataset):
+            paths[name] = [dataset.path]
+    return paths

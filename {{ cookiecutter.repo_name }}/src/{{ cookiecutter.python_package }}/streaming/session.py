@@ -7,17 +7,24 @@ runs, or when a dataset of this package first loads or saves.
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
 import re
+import shutil
+import tempfile
 import threading
+import zipfile
 from pathlib import Path
 
 import pyspark
+from kedro.framework import project as kedro_project
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
+from pyspark.sql.utils import is_remote
 
 from .errors import StreamingConfigError
 
@@ -25,6 +32,7 @@ _KAFKA_CONNECTOR = re.compile(
     r"org\.apache\.spark:spark-sql-kafka-0-10_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
 )
 _settings: dict[str, str] = {}
+logger = logging.getLogger(__name__)
 # spark-submit's report of what `spark.jars.packages` resolved: from its first
 # line to the line that says how many jars it copied.
 _IVY_REPORT_FIRST = (":: loading settings ::", "Ivy Default Cache set to:")
@@ -37,8 +45,13 @@ def configure_spark(settings: dict[str, object]) -> None:
     The Kafka connector in ``spark.jars.packages`` is checked against the
     installed PySpark here, so a mismatch fails before Spark downloads it.
     """
-    conf = {key: str(value) for key, value in settings.items()}
-    check_kafka_connector(conf, pyspark.__version__, local_scala_version())
+    conf = {key: str(value) for key, value in settings.items() if value is not None}
+    if not conf.get("spark.remote"):  # a Connect server brings its own connector
+        check_kafka_connector(
+            conf.get("spark.jars.packages", ""),
+            pyspark.__version__,
+            local_scala_version(),
+        )
     _settings.clear()
     _settings.update(conf)
 
@@ -46,24 +59,103 @@ def configure_spark(settings: dict[str, object]) -> None:
 def spark_session() -> SparkSession:
     """The project's SparkSession; the first call builds it from ``spark.yml``.
 
-    ``spark.remote`` (Spark Connect) or ``spark.master`` choose where it runs.
+    ``spark.master`` says where Spark runs (``local[2]``, ``spark://``, ``yarn``,
+    ``k8s://``); ``spark.remote`` (``sc://host:15002``) uses a Spark Connect
+    server instead, and then ``spark.master`` is the server's to choose.
     """
-    conf = dict(_settings)
-    remote = conf.pop("spark.remote", None)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    builder = SparkSession.builder
+    conf = dict(_settings)
+    remote = conf.pop("spark.remote", None)
     if remote:
-        builder = builder.remote(remote)
+        conf.pop("spark.master", None)
+        # PySpark's own switch to Spark Connect: every getOrCreate() in this
+        # process (kedro-datasets' included) then returns this session.
+        os.environ["SPARK_REMOTE"] = remote
     elif SparkContext._gateway is None:
         _start_jvm_without_ivy_report(conf)
-    spark = builder.config(map=conf).getOrCreate()
-    if not remote:
+    spark = SparkSession.builder.config(map=conf).getOrCreate()
+    if remote:
+        _log_settings_the_server_keeps(spark, conf, remote)
+    else:
         spark.sparkContext.setLogLevel("WARN")
-    # On a cluster the running Spark may differ from the local PySpark.
-    check_kafka_connector(conf, spark.version, None)
+    # The connector the running Spark loaded: a Connect server's or a cluster's
+    # Spark may differ from the local PySpark.
+    check_kafka_connector(
+        spark.conf.get("spark.jars.packages", None) or "",
+        spark.version,
+        None,
+        fix=f"restart the Spark Connect server at {remote} with --packages"
+        if remote
+        else None,
+    )
+    if spark_location(spark):
+        _send_project_code(spark)
     return spark
+
+
+def spark_location(spark: SparkSession) -> str | None:
+    """Where Spark runs, or ``None`` when it runs in this process (``local``).
+
+    On a cluster or a Spark Connect server, a relative path means another
+    machine's folder, or another process's.
+    """
+    if is_remote():
+        return f"the Spark Connect server {os.environ.get('SPARK_REMOTE', '')}"
+    master = spark.sparkContext.master
+    return None if master.startswith("local") else f"the cluster {master}"
+
+
+def _log_settings_the_server_keeps(
+    spark: SparkSession, conf: dict[str, str], remote: str
+) -> None:
+    """Says which ``spark.yml`` settings a Spark Connect server did not take.
+
+    A client sets only the SQL settings of its session; the rest (memory, jars,
+    UI...) are the server's, set when it starts.
+    """
+    kept = sorted(
+        key for key, value in conf.items() if spark.conf.get(key, None) != value
+    )
+    if kept:
+        logger.info(
+            "Spark Connect server %s (Spark %s) keeps its own %s: set them where "
+            "the server starts.",
+            remote,
+            spark.version,
+            ", ".join(kept),
+        )
+
+
+def _send_project_code(spark: SparkSession) -> None:
+    """Sends the project's package to the executors, for its Python UDFs.
+
+    Executors on other machines (or a Connect server) do not have this
+    process's source folder. The package goes as a zip: the archive it was
+    imported from (``spark-submit --py-files`` of a wheel, which Spark itself
+    puts on the driver's path only), else its folder zipped.
+    """
+    name = kedro_project.PACKAGE_NAME
+    if not name:  # not in a Kedro project, e.g. a notebook without one
+        return
+    package = importlib.import_module(name)
+    folder = Path(tempfile.mkdtemp(prefix="project-code-"))
+    archive = folder / f"{name}.zip"
+    imported_from = getattr(package.__loader__, "archive", None)
+    if imported_from:
+        shutil.copyfile(imported_from, archive)
+    else:
+        root = Path(package.__file__).parent
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+            for path in sorted(root.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    zipped.write(path, Path(name) / path.relative_to(root))
+    if is_remote():
+        spark.addArtifacts(str(archive), pyfile=True)
+    else:
+        spark.sparkContext.addPyFile(str(archive))
+    logger.info("Sent the package %s to the executors as %s.", name, archive.name)
 
 
 def _start_jvm_without_ivy_report(conf: dict[str, str]) -> None:
@@ -105,10 +197,19 @@ def _forward_stderr(read_end: int) -> None:
 
 
 def check_kafka_connector(
-    spark_conf: dict[str, str], spark_version: str, scala_version: str | None
+    packages: str,
+    spark_version: str,
+    scala_version: str | None,
+    fix: str | None = None,
 ) -> None:
-    """Fails unless the Kafka connector in ``spark.jars.packages`` fits this Spark."""
-    packages = spark_conf.get("spark.jars.packages", "")
+    """Fails unless the Kafka connector among ``packages`` fits this Spark.
+
+    Args:
+        packages: The value of ``spark.jars.packages``.
+        spark_version: The version of the Spark that runs.
+        scala_version: Its Scala binary version, if known.
+        fix: Where to set the right connector; by default ``spark.yml``.
+    """
     for match in _KAFKA_CONNECTOR.finditer(packages):
         wrong_version = match["version"] != spark_version
         wrong_scala = scala_version is not None and match["scala"] != scala_version
@@ -118,9 +219,14 @@ def check_kafka_connector(
                 f"spark.yml asks for the Kafka connector {match[0]}, but the running "
                 f"Spark is {spark_version}"
                 + (f" built for Scala {scala_version}" if scala_version else "")
-                + ". Set spark.jars.packages in conf/base/spark.yml to "
-                f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{spark_version}, "
-                "or install the pyspark version the connector was built for."
+                + f". Fix: {fix or 'set spark.jars.packages in conf/base/spark.yml to'} "
+                f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{spark_version}"
+                + (
+                    ""
+                    if fix
+                    else ", or install the pyspark the connector was built for"
+                )
+                + "."
             )
 
 

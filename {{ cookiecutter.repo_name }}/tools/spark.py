@@ -1,0 +1,269 @@
+"""A Spark standalone cluster and a Spark Connect server on this machine.
+
+Both are the installed PySpark's own Spark: its jars, started with the
+``spark-class`` and ``spark-submit`` scripts it ships, as detached processes
+whose state is kept in ``data/spark/``::
+
+    python -m tools cluster start    # a master and a worker; prints spark://...
+    python -m tools cluster status | stop
+    python -m tools connect start    # a Spark Connect server; prints sc://...
+    python -m tools connect status | stop
+
+Workers start without this shell's ``PYTHONPATH`` and run executors in
+folders of their own, as on other machines: what the executors need, Spark
+must send them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pyspark
+
+from tools.processes import HOST, free_ports, pid_alive, pid_cmdline, tail, terminate
+
+SPARK_HOME = Path(pyspark.__file__).parent
+DATA_DIR = Path("data/spark")
+CLUSTER_STATE = "cluster.json"
+CONNECT_STATE = "connect.json"
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# Settings of spark.yml that a client chooses, not a server.
+CLIENT_SETTINGS = ("spark.master", "spark.remote", "spark.app.name")
+
+
+class SparkToolError(RuntimeError):
+    """A cluster or server that does not start, or is not ours."""
+
+
+def start_cluster(
+    data_dir: Path,
+    *,
+    port: int = 7077,
+    workers: int = 1,
+    cores: int = 2,
+    memory: str = "4g",
+    timeout: float = 90,
+) -> dict:
+    """Starts a master and ``workers`` workers, detached, and waits for them.
+
+    Returns:
+        The cluster's state: ``master_url``, ``ui_url``, pids and logs.
+    """
+    state = read_state(data_dir, CLUSTER_STATE)
+    if state and _alive(state):
+        return state
+    data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    ui_port, *worker_ui_ports = free_ports(1 + workers)
+    master_url = f"spark://{HOST}:{port}"
+    state = {
+        "master_url": master_url,
+        "ui_url": f"http://{HOST}:{ui_port}",
+        "processes": [],
+    }
+    master = _spawn(
+        [
+            *("--host", HOST, "--port", str(port), "--webui-port", str(ui_port)),
+        ],
+        MASTER_CLASS,
+        data_dir / "master.log",
+        cwd=data_dir,
+    )
+    state["processes"].append(master)
+    try:
+        _wait_for(lambda: _master_json(state) is not None, timeout, master)
+        for index, worker_ui in enumerate(worker_ui_ports):
+            work_dir = data_dir / f"worker-{index}"
+            work_dir.mkdir(exist_ok=True)
+            state["processes"].append(
+                _spawn(
+                    [
+                        *("--host", HOST, "--cores", str(cores), "--memory", memory),
+                        *("--work-dir", str(work_dir), "--webui-port", str(worker_ui)),
+                        master_url,
+                    ],
+                    WORKER_CLASS,
+                    data_dir / f"worker-{index}.log",
+                    cwd=work_dir,
+                    without_pythonpath=True,
+                )
+            )
+        _wait_for(
+            lambda: (_master_json(state) or {}).get("aliveworkers") == workers,
+            timeout,
+            state["processes"][-1],
+        )
+    except BaseException:
+        _stop(state)
+        raise
+    write_state(data_dir, CLUSTER_STATE, state)
+    return state
+
+
+def start_connect(
+    data_dir: Path,
+    settings: dict[str, str],
+    *,
+    port: int = 15002,
+    master: str = "local[2]",
+    timeout: float = 180,
+) -> dict:
+    """Starts a Spark Connect server, detached, with the project's Spark settings.
+
+    Args:
+        data_dir: Its state, log and working folder.
+        settings: ``spark.yml``'s settings; those a client chooses are left out,
+            the rest (the Kafka connector among them) configure the server.
+        port: Its gRPC port.
+        master: Where the server runs its work.
+        timeout: Seconds to wait for it, the connector's download included.
+    """
+    state = read_state(data_dir, CONNECT_STATE)
+    if state and _alive(state):
+        return state
+    data_dir = data_dir.resolve()
+    work_dir = data_dir / "connect"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    conf = {k: v for k, v in settings.items() if k not in CLIENT_SETTINGS}
+    conf.update(
+        {
+            "spark.connect.grpc.binding.address": HOST,
+            "spark.connect.grpc.binding.port": str(port),
+        }
+    )
+    arguments = ["--class", CONNECT_CLASS, "--name", "Spark Connect server"]
+    arguments += ["--master", master]
+    for key, value in sorted(conf.items()):
+        arguments += ["--conf", f"{key}={value}"]
+    server = _spawn(
+        arguments, None, data_dir / "connect.log", cwd=work_dir, script="spark-submit"
+    )
+    state = {"remote": f"sc://{HOST}:{port}", "master": master, "processes": [server]}
+    try:
+        _wait_for(lambda: _accepts(port), timeout, server)
+    except BaseException:
+        _stop(state)
+        raise
+    write_state(data_dir, CONNECT_STATE, state)
+    return state
+
+
+def stop(data_dir: Path, state_file: str, grace: float = 20) -> dict | None:
+    """Stops what ``state_file`` records, if it runs; returns that state."""
+    state = read_state(data_dir, state_file)
+    if state:
+        _stop(state, grace)
+        (data_dir / state_file).unlink(missing_ok=True)
+    return state
+
+
+def status(data_dir: Path, state_file: str) -> dict:
+    """The recorded state, with ``running``; a cluster's also with its workers."""
+    state = read_state(data_dir, state_file) or {}
+    running = bool(state) and _alive(state)
+    result = {**state, "running": running}
+    if running and "ui_url" in state:
+        master = _master_json(state) or {}
+        result["alive_workers"] = master.get("aliveworkers", 0)
+        result["applications"] = [
+            {"id": app["id"], "name": app["name"], "cores": app.get("cores")}
+            for app in master.get("activeapps", []) + master.get("completedapps", [])
+        ]
+    return result
+
+
+def read_state(data_dir: Path, state_file: str) -> dict | None:
+    try:
+        return json.loads((data_dir / state_file).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_state(data_dir: Path, state_file: str, state: dict) -> None:
+    partial = data_dir / f"{state_file}.tmp"
+    partial.write_text(json.dumps(state, indent=2) + "\n")
+    partial.replace(data_dir / state_file)
+
+
+def _spawn(
+    arguments: list[str],
+    main_class: str | None,
+    log: Path,
+    *,
+    cwd: Path,
+    without_pythonpath: bool = False,
+    script: str = "spark-class",
+) -> dict:
+    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME)}
+    if without_pythonpath:
+        env.pop("PYTHONPATH", None)
+    command = [str(SPARK_HOME / "bin" / script)]
+    command += [main_class, *arguments] if main_class else arguments
+    with open(log, "ab") as output:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C in this shell does not reach it
+        )
+    # spark-class ends in `exec java`: this pid becomes the JVM's.
+    return {"pid": process.pid, "log": str(log), "marker": main_class or CONNECT_CLASS}
+
+
+def _alive(state: dict) -> bool:
+    """Whether every recorded process still runs what we started."""
+    return all(
+        pid_alive(p["pid"]) and p["marker"] in pid_cmdline(p["pid"])
+        for p in state.get("processes", [])
+    )
+
+
+def _stop(state: dict, grace: float = 20) -> None:
+    for process in reversed(state.get("processes", [])):  # workers first
+        if pid_alive(process["pid"]) and process["marker"] in pid_cmdline(
+            process["pid"]
+        ):
+            terminate(process["pid"], grace)
+
+
+def _wait_for(ready, timeout: float, process: dict) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if not pid_alive(process["pid"]):
+            raise SparkToolError(
+                f"{process['marker']} exited; {process['log']} ends with:\n"
+                + tail(Path(process["log"]), 30)
+            )
+        if time.monotonic() > deadline:
+            raise SparkToolError(
+                f"{process['marker']} not ready in {timeout:g} s; {process['log']} "
+                "ends with:\n" + tail(Path(process["log"]), 30)
+            )
+        time.sleep(0.5)
+
+
+def _master_json(state: dict) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"{state['ui_url']}/json/", timeout=2) as page:
+            return json.load(page)
+    except (OSError, ValueError):
+        return None
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=1):
+            return True
+    except OSError:
+        return False
