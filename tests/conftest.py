@@ -111,7 +111,7 @@ def spark_cluster(generated_project, project_bin, tmp_path_factory):
         timeout=180,
     )
     try:
-        yield {"master_url": started.stdout.strip(), "data_dir": data_dir}
+        yield {"master_url": started.stdout.split()[-1], "data_dir": data_dir}
     finally:
         run([*tool, "stop", "--data-dir", data_dir], cwd=generated_project, check=False)
 
@@ -129,7 +129,7 @@ def connect_server(generated_project, project_bin, tmp_path_factory):
         timeout=300,
     )
     try:
-        yield {"remote": started.stdout.strip(), "data_dir": data_dir}
+        yield {"remote": started.stdout.split()[-1], "data_dir": data_dir}
     finally:
         run([*tool, "stop", "--data-dir", data_dir], cwd=generated_project, check=False)
 

@@ -15,6 +15,7 @@ topics and credentials, Spark settings) from ``conf/<env>``, as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -39,9 +40,13 @@ def project_config(env: str) -> dict[str, Any]:
     Read as ``kedro run --env <env>`` reads them: with the project's
     ``settings.py`` (its resolvers included) and ``conf/base`` beneath.
     """
-    # Imported here: importing Kedro's project module sets up its logging.
-    from kedro.framework.project import settings as project_settings  # noqa: PLC0415
-    from kedro.framework.startup import bootstrap_project  # noqa: PLC0415
+    # Imported here: importing Kedro's project module sets up its logging, and
+    # says so on stdout, which holds only the commands' results.
+    with contextlib.redirect_stdout(sys.stderr):
+        from kedro.framework.project import (  # noqa: PLC0415
+            settings as project_settings,
+        )
+        from kedro.framework.startup import bootstrap_project  # noqa: PLC0415
 
     with warnings.catch_warnings():
         # Kedro registers its resolvers with an API newer omegaconf deprecates.
