@@ -10,17 +10,28 @@ the project's code reached them through Spark.
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+from reference import (
+    example_settings,
+    expected_outputs,
+    message_batches,
+    zone_boroughs,
+)
 from support import (
     AS_SHIPPED,
     BOUNDED,
+    CHUNK,
     PACKAGE,
     assert_matches_reference,
+    bundled_lines,
     example_reference,
+    free_port,
+    point_at_broker,
     quiet_env,
     read_parquet,
     run,
@@ -234,6 +245,66 @@ def test_example_over_spark_connect_bounded_then_continuous(
     assert "Stopping streaming query 'bronze_trips'" in log
     bronze = read_parquet(data_root / "connect", "02_intermediate/bronze_trips")
     assert len(bronze) == len(expected.bronze) + rejected + 60
+
+
+def test_kafka_over_spark_connect(
+    fresh_project, project_bin, connect_server, broker_log_on_failure, tmp_path
+):
+    """Kafka through a Spark Connect server, whose connector it is: the broker
+    check runs in the server (an unreachable broker fails the run before any
+    query starts), and ingest then aggregate give the reference's tables."""
+    data_root = tmp_path / "shared"
+    env = fresh_project / "conf/connect_kafka"
+    env.mkdir()
+    for source in ("kafka/catalog.yml", "kafka/credentials.yml", "connect/spark.yml"):
+        shutil.copy(fresh_project / "conf" / source, env)
+    variables = {ROOT: str(data_root), "SPARK_REMOTE_URL": connect_server["remote"]}
+    roots = f"input_root: {data_root}/01_raw\noutput_root: {data_root}/kafka\n"
+
+    def point_at(servers: str) -> str:
+        trips, _ = point_at_broker(fresh_project, servers)
+        settings = (fresh_project / "conf/kafka/globals.yml").read_text()
+        (env / "globals.yml").write_text(
+            roots + settings.replace("output_root: data/kafka\n", "")
+        )
+        return trips
+
+    point_at(f"127.0.0.1:{free_port()}")
+    unreachable = run(
+        [project_bin / "kedro", "run", "--env", "connect_kafka"]
+        + ["--params", "trigger=available_now,kafka_connect_timeout=5"],
+        cwd=fresh_project,
+        env=variables,
+        check=False,
+    )
+    assert unreachable.returncode != 0
+    assert "did not answer within 5 s" in unreachable.output
+    assert "Started streaming query" not in unreachable.output
+
+    trips = point_at(broker_log_on_failure.bootstrap_servers)
+    land_example(project_bin, fresh_project, "connect_kafka", variables)
+    lines = bundled_lines(fresh_project)
+    run(
+        [project_bin / "python", "-m", "tools", "trips", "send", "--env"]
+        + ["connect_kafka", "--partitions", "1", "--topic", trips],
+        cwd=fresh_project,
+        env=variables,
+    )
+    for pipeline in ("ingest", "aggregate"):
+        run(
+            [project_bin / "kedro", "run", "--env", "connect_kafka"]
+            + ["--pipelines", pipeline, *AS_SHIPPED],
+            cwd=fresh_project,
+            env=variables,
+        )
+    expected = expected_outputs(
+        message_batches([line.encode() for line in lines], CHUNK),
+        zone_boroughs(data_root / "01_raw/taxi_zone_lookup.csv"),
+        example_settings(fresh_project),
+    )
+    assert_matches_reference(
+        fresh_project, expected, output_root=str(data_root / "kafka")
+    )
 
 
 def wait_for(log_path: Path, pattern: str, process, timeout: float = 240) -> None:

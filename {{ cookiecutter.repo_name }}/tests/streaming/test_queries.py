@@ -7,7 +7,10 @@ from {{ cookiecutter.python_package }}.streaming import (
     StreamingConfigError,
     StreamingQueryHooks,
 )
-from {{ cookiecutter.python_package }}.streaming.checks import run_trigger
+from {{ cookiecutter.python_package }}.streaming.checks import (
+    check_paths_reach_the_cluster,
+    run_trigger,
+)
 from {{ cookiecutter.python_package }}.streaming.progress import ProgressLog
 from {{ cookiecutter.python_package }}.streaming.session import check_kafka_connector
 
@@ -141,6 +144,24 @@ def test_kafka_connector_must_match_the_running_spark():
     # A Spark Connect server's connector is fixed where the server starts.
     with pytest.raises(StreamingConfigError, match="Fix: restart the server with"):
         check_kafka_connector(packages, "4.0.0", None, fix="restart the server with")
+
+
+def test_relative_paths_are_refused_when_spark_is_elsewhere():
+    paths = {
+        "bronze": ["s3a://bucket/bronze", "data/checkpoints/bronze"],
+        "zones": ["/mnt/shared/zones.csv"],
+        "summary": ["file:///mnt/shared/summary", "hdfs:///checkpoints/summary"],
+    }
+    with pytest.raises(StreamingConfigError) as error:
+        check_paths_reach_the_cluster(paths, "the cluster spark://m:7077", "prod")
+    message = str(error.value)
+    assert "the cluster spark://m:7077" in message
+    assert "'bronze': 'data/checkpoints/bronze'" in message
+    assert message.count("\n  - ") == 1  # the only relative one
+    assert "conf/prod/globals.yml" in message
+
+    del paths["bronze"]
+    check_paths_reach_the_cluster(paths, "the cluster spark://m:7077", "prod")
 
 
 def test_unknown_run_trigger_names_both_choices():
