@@ -102,36 +102,42 @@ def deps_python(project_bin, tmp_path_factory) -> Path:
 def spark_cluster(generated_project, project_bin, tmp_path_factory):
     """A real Spark standalone cluster (a master and a worker, separate JVMs)
     for the session, started with the project's own tool."""
-    data_dir = tmp_path_factory.mktemp("spark-cluster")
-    tool = [project_bin / "python", "-m", "tools", "cluster"]
-    port = str(free_port())
-    started = run(
-        [*tool, "start", "--data-dir", data_dir, "--port", port, "--memory", "3g"],
-        cwd=generated_project,
-        timeout=180,
+    yield from _tool_service(
+        "cluster", generated_project, project_bin, tmp_path_factory, "--memory", "3g"
     )
-    try:
-        yield {"master_url": started.stdout.split()[-1], "data_dir": data_dir}
-    finally:
-        run([*tool, "stop", "--data-dir", data_dir], cwd=generated_project, check=False)
 
 
 @pytest.fixture(scope="session")
 def connect_server(generated_project, project_bin, tmp_path_factory):
     """A real Spark Connect server for the session (local[2]), set up from the
     project's spark.yml by its own tool."""
-    data_dir = tmp_path_factory.mktemp("spark-connect")
-    tool = [project_bin / "python", "-m", "tools", "connect"]
-    port = str(free_port())
+    yield from _tool_service(
+        "connect", generated_project, project_bin, tmp_path_factory
+    )
+
+
+def _tool_service(tool, project, project_bin, tmp_path_factory, *options):
+    """Starts `python -m tools <tool>` on a free port; yields its address
+    (the last word it prints) and data folder; stops it at the end."""
+    data_dir = tmp_path_factory.mktemp(f"spark-{tool}")
+    command = [project_bin / "python", "-m", "tools", tool]
     started = run(
-        [*tool, "start", "--data-dir", data_dir, "--port", port],
-        cwd=generated_project,
+        [
+            *command,
+            "start",
+            "--data-dir",
+            data_dir,
+            "--port",
+            str(free_port()),
+            *options,
+        ],
+        cwd=project,
         timeout=300,
     )
     try:
-        yield {"remote": started.stdout.split()[-1], "data_dir": data_dir}
+        yield {"address": started.stdout.split()[-1], "data_dir": data_dir}
     finally:
-        run([*tool, "stop", "--data-dir", data_dir], cwd=generated_project, check=False)
+        run([*command, "stop", "--data-dir", data_dir], cwd=project, check=False)
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ ROOT = "STREAMING_DATA_ROOT"
 def cluster_env(spark_cluster, data_root: Path, **extra: str) -> dict[str, str]:
     return {
         ROOT: str(data_root),
-        "SPARK_MASTER_URL": spark_cluster["master_url"],
+        "SPARK_MASTER_URL": spark_cluster["address"],
         **extra,
     }
 
@@ -172,7 +172,7 @@ def test_packaged_project_submitted_to_the_cluster(
     assert (
         "spark.jars.packages org.apache.spark:spark-sql-kafka-0-10_2.13:" in properties
     )
-    assert f"spark.master {spark_cluster['master_url']}" in properties
+    assert f"spark.master {spark_cluster['address']}" in properties
     assert "Query hourly_borough_summary ended" in result.output
     assert_matches_reference(
         fresh_project,
@@ -188,7 +188,7 @@ def test_example_over_spark_connect_bounded_then_continuous(
     the reference's numbers and progress lines; continuous, a new file is
     processed and SIGTERM stops the queries cleanly."""
     data_root = tmp_path / "shared"
-    variables = {ROOT: str(data_root), "SPARK_REMOTE_URL": connect_server["remote"]}
+    variables = {ROOT: str(data_root), "SPARK_REMOTE_URL": connect_server["address"]}
     land_example(project_bin, fresh_project, "connect", variables)
 
     result = run(
@@ -258,7 +258,7 @@ def test_kafka_over_spark_connect(
     env.mkdir()
     for source in ("kafka/catalog.yml", "kafka/credentials.yml", "connect/spark.yml"):
         shutil.copy(fresh_project / "conf" / source, env)
-    variables = {ROOT: str(data_root), "SPARK_REMOTE_URL": connect_server["remote"]}
+    variables = {ROOT: str(data_root), "SPARK_REMOTE_URL": connect_server["address"]}
     roots = f"input_root: {data_root}/01_raw\noutput_root: {data_root}/kafka\n"
 
     def point_at(servers: str) -> str:
@@ -293,7 +293,7 @@ def test_kafka_over_spark_connect(
     for pipeline in ("ingest", "aggregate"):
         run(
             [project_bin / "kedro", "run", "--env", "connect_kafka"]
-            + ["--pipelines", pipeline, *AS_SHIPPED],
+            + ["--pipelines", pipeline, *BOUNDED],
             cwd=fresh_project,
             env=variables,
         )

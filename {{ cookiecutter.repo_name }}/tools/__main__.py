@@ -162,15 +162,26 @@ def run_trips(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_cluster(args: argparse.Namespace) -> int:
+def stop_or_status(args: argparse.Namespace, state_file: str, what: str) -> int:
+    """``stop`` or ``status`` of what ``state_file`` in ``--data-dir`` records."""
     if args.command == "stop":
-        stopped = spark.stop(args.data_dir, spark.CLUSTER_STATE, args.grace)
-        say("Stopped the cluster." if stopped else "The cluster was not running.")
+        stopped = spark.stop(args.data_dir, state_file, args.grace)
+        say(f"Stopped the {what}." if stopped else f"The {what} was not running.")
         return 0
-    if args.command == "status":
-        state = spark.status(args.data_dir, spark.CLUSTER_STATE)
-        say(json.dumps(state, indent=2))
-        return 0 if state["running"] else 3
+    state = spark.status(args.data_dir, state_file)
+    say(json.dumps(state, indent=2))
+    return 0 if state["running"] else 3
+
+
+def spark_settings(env: str) -> dict[str, str]:
+    """``conf/<env>``'s spark.yml, as Spark takes settings: text."""
+    spark_yml = project_config(env)["spark"]
+    return {key: str(value) for key, value in spark_yml.items() if value is not None}
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    if args.command != "start":
+        return stop_or_status(args, spark.CLUSTER_STATE, "cluster")
     state = spark.start_cluster(
         args.data_dir,
         port=args.port,
@@ -188,19 +199,9 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 def run_connect(args: argparse.Namespace) -> int:
-    if args.command == "stop":
-        stopped = spark.stop(args.data_dir, spark.CONNECT_STATE, args.grace)
-        say("Stopped the server." if stopped else "The server was not running.")
-        return 0
-    if args.command == "status":
-        state = spark.status(args.data_dir, spark.CONNECT_STATE)
-        say(json.dumps(state, indent=2))
-        return 0 if state["running"] else 3
-    settings = {
-        key: str(value)
-        for key, value in project_config(args.env)["spark"].items()
-        if value is not None
-    }
+    if args.command != "start":
+        return stop_or_status(args, spark.CONNECT_STATE, "server")
+    settings = spark_settings(args.env)
     master = args.master or settings.get("spark.master", "local[2]")
     state = spark.start_connect(
         args.data_dir, settings, port=args.port, master=master, timeout=args.timeout
@@ -232,11 +233,7 @@ def submit_command(env: str, kedro_args: list[str]) -> tuple[list[str], dict]:
     conf_archive = dist / f"conf-{package}.tar.gz"
     if not wheels or not conf_archive.is_file():
         raise ValueError("dist/ holds no packaged project: run `kedro package` first")
-    settings = {
-        key: str(value)
-        for key, value in project_config(env)["spark"].items()
-        if value is not None
-    }
+    settings = spark_settings(env)
     if settings.get("spark.remote"):
         raise ValueError(
             f"conf/{env} uses Spark Connect (spark.remote): run it with "
