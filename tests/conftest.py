@@ -24,8 +24,8 @@ from support import (  # noqa: E402
     SASL_PASSWORD,
     SASL_USER,
     STARTER_ROOT,
-    free_port,
     run,
+    tool_service,
 )
 
 
@@ -102,42 +102,20 @@ def deps_python(project_bin, tmp_path_factory) -> Path:
 def spark_cluster(generated_project, project_bin, tmp_path_factory):
     """A real Spark standalone cluster (a master and a worker, separate JVMs)
     for the session, started with the project's own tool."""
-    yield from _tool_service(
-        "cluster", generated_project, project_bin, tmp_path_factory, "--memory", "3g"
-    )
+    data_dir = tmp_path_factory.mktemp("spark-cluster")
+    with tool_service(
+        "cluster", generated_project, project_bin, data_dir, "--memory", "3g"
+    ) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")
 def connect_server(generated_project, project_bin, tmp_path_factory):
     """A real Spark Connect server for the session (local[2]), set up from the
     project's spark.yml by its own tool."""
-    yield from _tool_service(
-        "connect", generated_project, project_bin, tmp_path_factory
-    )
-
-
-def _tool_service(tool, project, project_bin, tmp_path_factory, *options):
-    """Starts `python -m tools <tool>` on a free port; yields its address
-    (the last word it prints) and data folder; stops it at the end."""
-    data_dir = tmp_path_factory.mktemp(f"spark-{tool}")
-    command = [project_bin / "python", "-m", "tools", tool]
-    started = run(
-        [
-            *command,
-            "start",
-            "--data-dir",
-            data_dir,
-            "--port",
-            str(free_port()),
-            *options,
-        ],
-        cwd=project,
-        timeout=300,
-    )
-    try:
-        yield {"address": started.stdout.split()[-1], "data_dir": data_dir}
-    finally:
-        run([*command, "stop", "--data-dir", data_dir], cwd=project, check=False)
+    data_dir = tmp_path_factory.mktemp("spark-connect")
+    with tool_service("connect", generated_project, project_bin, data_dir) as server:
+        yield server
 
 
 @pytest.fixture

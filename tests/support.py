@@ -7,6 +7,7 @@ Fixtures live in `conftest.py`; test modules import from here and from
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -64,6 +65,26 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def tool_service(tool: str, project: Path, project_bin: Path, data_dir: Path, *options):
+    """Runs `python -m tools <tool> start` (cluster, connect) on a free port.
+
+    Yields its address (the last word the command prints) and data folder;
+    stops it on exit.
+    """
+    command = [project_bin / "python", "-m", "tools", tool]
+    port = str(free_port())
+    started = run(
+        [*command, "start", "--data-dir", data_dir, "--port", port, *options],
+        cwd=project,
+        timeout=300,
+    )
+    try:
+        yield {"address": started.stdout.split()[-1], "data_dir": data_dir}
+    finally:
+        run([*command, "stop", "--data-dir", data_dir], cwd=project, check=False)
 
 
 def run(

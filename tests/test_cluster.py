@@ -35,6 +35,7 @@ from support import (
     quiet_env,
     read_parquet,
     run,
+    tool_service,
 )
 
 # Where Spark reads and writes in these runs: a folder every process of the
@@ -165,7 +166,9 @@ def test_packaged_project_submitted_to_the_cluster(
         },
         timeout=600,
     )
-    command = result.stderr.splitlines()[0]
+    command = next(
+        line for line in result.stderr.splitlines() if "spark-submit" in line
+    )
     assert "spark-submit --properties-file dist/spark-cluster.conf" in command
     assert f"--conf-source dist/conf-{PACKAGE}.tar.gz" in command
     properties = (fresh_project / "dist/spark-cluster.conf").read_text()
@@ -305,6 +308,48 @@ def test_kafka_over_spark_connect(
     assert_matches_reference(
         fresh_project, expected, output_root=str(data_root / "kafka")
     )
+
+
+def test_connect_server_with_another_connector_fails_before_any_stream(
+    fresh_project, project_bin, tmp_path
+):
+    """The Kafka connector is the Connect server's: one that does not fit the
+    Spark the server reports stops the run before any query starts, naming
+    the fix; the spark.yml settings the server keeps are named."""
+    other = fresh_project / "conf/other_server"
+    other.mkdir()
+    (other / "spark.yml").write_text(
+        "spark.jars.packages: org.apache.spark:spark-sql-kafka-0-10_2.13:3.5.1\n"
+        "spark.driver.memory: 1g\n"
+    )
+    data_root = tmp_path / "shared"
+    with tool_service(
+        "connect",
+        fresh_project,
+        project_bin,
+        tmp_path / "server",
+        "--env",
+        "other_server",
+    ) as server:
+        result = run(
+            [project_bin / "kedro", "run", "--env", "connect", *AS_SHIPPED],
+            cwd=fresh_project,
+            env={ROOT: str(data_root), "SPARK_REMOTE_URL": server["address"]},
+            check=False,
+        )
+    assert result.returncode != 0
+    kept = re.search(r"keeps its own (.*): set them where", result.output)
+    assert {"spark.driver.memory", "spark.jars.packages"} <= set(kept[1].split(", "))
+    assert (
+        "spark-sql-kafka-0-10_2.13:3.5.1, but the running Spark is 4.0.0"
+        in result.output
+    )
+    assert "restart the Spark Connect server at sc://" in result.output
+    assert (
+        "--packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0" in result.output
+    )
+    assert "Started streaming query" not in result.output
+    assert not (data_root / "connect").exists()
 
 
 def wait_for(log_path: Path, pattern: str, process, timeout: float = 240) -> None:
