@@ -126,6 +126,13 @@ def kedro_run(
     return run([bin_dir / "kedro", "run", *args, *params], cwd=project, timeout=600)
 
 
+def streams(
+    bin_dir: Path, project: Path, *args: str, check: bool = True
+) -> subprocess.CompletedProcess:
+    """`kedro streams <args>` in ``project``."""
+    return run([bin_dir / "kedro", "streams", *args], cwd=project, check=check)
+
+
 def example_reference(
     project: Path, one_batch: bool = False, input_root: Path | None = None
 ):

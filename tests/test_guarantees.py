@@ -44,6 +44,7 @@ from support import (
     read_parquet,
     run,
     split_bronze,
+    streams,
 )
 
 ALL_KAFKA_PIPELINES = "ingest,aggregate,publish"
@@ -55,9 +56,11 @@ KILL_POINTS = [
 
 
 def run_until_then_kill(
-    bin_dir: Path, project: Path, marker: str, log_path: Path, *args: str
+    bin_dir: Path, project: Path, marker, log_path: Path, *args: str
 ) -> None:
-    """Starts a bounded `kedro run`, SIGKILLs its process group once ``marker`` is logged."""
+    """Starts a bounded `kedro run`, SIGKILLs its process group once ``marker``
+    is logged (or, for a function, once it returns true)."""
+    reached = marker if callable(marker) else lambda: marker in log_path.read_text()
     with log_path.open("w") as log:
         process = subprocess.Popen(
             [bin_dir / "kedro", "run", *args, *BOUNDED],
@@ -69,16 +72,23 @@ def run_until_then_kill(
         )
         try:
             deadline = time.monotonic() + 300
-            while marker not in log_path.read_text():
+            while not reached():
                 assert process.poll() is None, (
                     f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
                 )
                 assert time.monotonic() < deadline, f"never logged {marker!r}"
-                time.sleep(0.2)
+                time.sleep(0.05 if callable(marker) else 0.2)
         finally:
             # The whole group, JVM included: as close to a crash as it gets.
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
+
+
+def batch_ids(folder: Path) -> set[int]:
+    """The batch ids a checkpoint's offsets or commits folder holds."""
+    if not folder.is_dir():
+        return set()
+    return {int(path.name) for path in folder.iterdir() if path.name.isdigit()}
 
 
 def bad_messages(template: dict) -> list[bytes | None]:
@@ -248,11 +258,35 @@ def test_corrupt_files_sigkill_at_three_points(
         stamp = time.time() + offset
         os.utime(landing / name, (stamp, stamp))
 
-    for number, marker in enumerate(KILL_POINTS):
+    checkpoint = fresh_project / "data/checkpoints/bronze_trips"
+
+    def mid_batch() -> bool:
+        """A batch began (its offsets are written) and did not commit yet."""
+        pending = batch_ids(checkpoint / "offsets") - batch_ids(checkpoint / "commits")
+        return bool(pending)
+
+    # The first kill lands inside the first batch, the others at the log lines.
+    for number, marker in enumerate([mid_batch, *KILL_POINTS[1:]]):
         run_until_then_kill(
             project_bin, fresh_project, marker, fresh_project / f"killed-{number}.log"
         )
+        # `kedro streams status` tells what the checkpoints say.
+        status = streams(project_bin, fresh_project, "status").stdout
+        for sink in ("bronze_trips", "hourly_borough_summary"):
+            folder = fresh_project / "data/checkpoints" / sink
+            pending = batch_ids(folder / "offsets") - batch_ids(folder / "commits")
+            line = re.search(rf"^{sink}: .*$", status, re.MULTILINE)[0]
+            if pending:
+                assert f"uncommitted batch {max(pending)} " in line, line
+            else:
+                assert "uncommitted" not in line, line
+            assert "not running" in line, line
+        if number == 0:
+            assert (
+                "bronze_trips: no batch committed yet · uncommitted batch 0" in status
+            )
     kedro_run(project_bin, fresh_project)
+    assert "uncommitted" not in streams(project_bin, fresh_project, "status").stdout
 
     zones = fresh_project / "data/01_raw/taxi_zone_lookup.csv"
     settings = example_settings(fresh_project)

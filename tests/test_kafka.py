@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -31,6 +32,7 @@ from support import (
     quiet_env,
     read_parquet,
     run,
+    streams,
 )
 
 
@@ -55,6 +57,18 @@ def test_kafka_ingest_then_aggregate_matches_reference(
     report = produce(project_bin, kafka_project, "--partitions", "1", "--topic", trips)
     assert f"Sent {len(lines)} messages" in report
     kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipelines", "ingest")
+
+    # `kedro streams status`: how far the ingest query is behind the topic.
+    def lag() -> str:
+        status = streams(
+            project_bin, kafka_project, "status", "--env", "kafka", "-p", "ingest"
+        ).stdout
+        return re.search(rf"raw_trips lag {trips} (\d+) messages", status)[1]
+
+    assert lag() == "0"
+    produce(project_bin, kafka_project, "--topic", trips, "--count", "5")
+    assert lag() == "5"
+
     kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipelines", "aggregate")
     kedro_run(project_bin, kafka_project, "--env", "kafka", "--pipelines", "publish")
 

@@ -7,10 +7,13 @@ from collections import Counter
 from typing import Any
 
 from kedro.io import DataCatalog
+from kedro.pipeline import Pipeline
 from pyspark.sql import SparkSession
 
-from .dataset import SparkStreamingDataset
+from .dataset import SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError
+from .session import spark_location
+from .state import StreamState
 
 TRIGGERS = ("processing_time", "available_now")
 # The root cause in a Kafka client's error, e.g. "...errors.TimeoutException: ..."
@@ -152,6 +155,43 @@ def check_kafka_reachable(
         ) from None
 
 
+def check_run(
+    spark: SparkSession,
+    catalog: DataCatalog,
+    pipeline: Pipeline,
+    settings: dict[str, Any],
+    state: StreamState,
+    *,
+    env: str | None = None,
+) -> None:
+    """Every check made before a run's first query starts; fails on the first
+    kind of problem found, naming each problem of that kind and its fix."""
+    sinks = streaming_datasets(catalog, pipeline.all_outputs())
+    sources = streaming_datasets(catalog, pipeline.inputs())
+    run_trigger(settings)
+    check_configuration(sinks, sources)
+    location = spark_location(spark)
+    if location:
+        check_paths_reach_the_cluster(
+            _paths(catalog, pipeline.datasets()), location, env
+        )
+    running = {name: info for name, info in state.running().items() if name in sinks}
+    if running:
+        raise StreamingConfigError(
+            "Already running in another process: "
+            + ", ".join(
+                f"'{name}' (pid {info['pid']} on {info['host']})"
+                for name, info in running.items()
+            )
+            + ". Stop that run first (Ctrl-C or SIGTERM): two queries on one "
+            "checkpoint corrupt it."
+        )
+    timeout = float(settings.get("kafka_connect_timeout", 30))
+    for name, dataset in {**sources, **sinks}.items():
+        if dataset.file_format == "kafka":
+            check_kafka_reachable(spark, name, dataset, timeout)
+
+
 def headline(error: Exception, limit: int = 1000) -> str:
     """The first line of Spark's message, without the query plan that follows."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
@@ -169,3 +209,15 @@ def streaming_datasets(
             if isinstance(dataset, SparkStreamingDataset):
                 datasets[name] = dataset
     return datasets
+
+
+def _paths(catalog: DataCatalog, names: set[str]) -> dict[str, list[str]]:
+    """The folders and checkpoints of the runtime's datasets among ``names``."""
+    paths = {}
+    for name in names:
+        dataset = catalog[name] if name in catalog else None
+        if isinstance(dataset, SparkStreamingDataset):
+            paths[name] = [p for p in (dataset.path, dataset.checkpoint) if p]
+        elif isinstance(dataset, SparkDataset):
+            paths[name] = [dataset.path]
+    return paths

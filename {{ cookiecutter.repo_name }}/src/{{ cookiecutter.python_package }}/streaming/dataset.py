@@ -21,6 +21,9 @@ from pyspark.sql.utils import AnalysisException
 from .session import spark_session
 
 OUTPUT_MODES = ("append", "complete", "update")
+# Spark's file sinks only append; other output modes need a sink that can
+# update or replace what it wrote.
+APPEND_ONLY_FORMATS = ("parquet", "json", "csv", "orc", "text", "avro")
 # Formats whose schema is fixed or carried by the data itself.
 SCHEMA_FREE_FORMATS = ("kafka", "rate", "text", "socket", "delta")
 _NO_BOOTSTRAP = (
@@ -137,6 +140,11 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return self._checkpoint
 
     @property
+    def output_mode(self) -> str:
+        """How the query writes: append, update or complete."""
+        return self._output_mode
+
+    @property
     def file_format(self) -> str:
         """The Spark format, e.g. ``parquet`` or ``kafka``."""
         return self._file_format
@@ -157,6 +165,17 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         if self._output_mode not in OUTPUT_MODES:
             problems.append(
                 f"has output_mode '{self._output_mode}': use one of {', '.join(OUTPUT_MODES)}"
+            )
+        elif (
+            self._file_format in APPEND_ONLY_FORMATS
+            and self._output_mode != "append"
+            and not self._foreach_batch
+        ):
+            problems.append(
+                f"has output_mode '{self._output_mode}', which a {self._file_format} "
+                "file sink does not support (it only appends): use append, with a "
+                "watermark before any aggregation, or a sink that can update "
+                "(kafka, foreach_batch)"
             )
         if self._trigger is not None and (
             not isinstance(self._trigger, dict)
@@ -256,18 +275,22 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         }
 
     def load(self) -> DataFrame:
+        """Returns a streaming DataFrame over the source (see ``stream``)."""
+        return self.stream()
+
+    def stream(self, schema: StructType | None = None) -> DataFrame:
         """Returns a streaming DataFrame over the source.
 
-        Without a ``schema``, a folder takes the schema of its committed files:
-        Spark's batch reader follows a file sink's ``_spark_metadata`` log,
-        whereas streaming inference would also open files of a batch still being
-        written.
+        Without a ``schema`` (an argument, or the dataset's own), a folder takes
+        the schema of its committed files: Spark's batch reader follows a file
+        sink's ``_spark_metadata`` log, whereas streaming inference would also
+        open files of a batch still being written.
         """
         spark = spark_session()
         reader = spark.readStream.format(self._file_format).options(
             **self._load_args, **self.kafka_options
         )
-        schema = self._schema
+        schema = schema or self._schema
         try:
             if (
                 schema is None

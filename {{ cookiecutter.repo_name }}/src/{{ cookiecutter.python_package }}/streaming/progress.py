@@ -1,4 +1,5 @@
-"""One log line per micro-batch of every query, and running totals."""
+"""One log line per micro-batch of every query, running totals, and the
+persisted progress log (``state.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQuery
 
 from .dataset import ROWS_WRITTEN_METRIC
+from .state import StreamState, batch_record
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +32,9 @@ class ProgressLog:
     run does not grow the driver's memory.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, state: StreamState | None = None) -> None:
         self.totals: dict[str, Counter] = {}
+        self._state = state
         self._last_seen: dict[str, tuple[str, int]] = {}
 
     def update(self, name: str, query: StreamingQuery) -> None:
@@ -43,7 +46,10 @@ class ProgressLog:
                 break
             unseen.append(report)
         for report in reversed(unseen):
-            self._log(name, report)
+            # Spark also reports triggers that found nothing to do; they run
+            # no batch (no addBatch), so they are neither logged nor counted.
+            if "addBatch" in report.get("durationMs", {}):
+                self._log(name, report)
         if unseen:
             self._last_seen[name] = (unseen[0]["timestamp"], unseen[0]["batchId"])
 
@@ -82,6 +88,8 @@ class ProgressLog:
             batch["dropped_by_watermark"],
         )
         self.totals.setdefault(name, Counter()).update(batch)
+        if self._state is not None:
+            self._state.append(batch_record(name, report, Counter(batch)))
 
 
 def _metric_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -25,18 +25,12 @@ from kedro.pipeline import Pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
-from .checks import (
-    check_configuration,
-    check_kafka_reachable,
-    check_paths_reach_the_cluster,
-    headline,
-    run_trigger,
-    streaming_datasets,
-)
-from .dataset import SparkDataset, SparkStreamingDataset
+from .checks import check_run, headline, run_trigger, streaming_datasets
+from .dataset import SparkStreamingDataset
 from .errors import StreamingQueryFailed
 from .progress import ProgressLog
-from .session import spark_location, spark_session
+from .session import spark_session
+from .state import StreamState
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +47,7 @@ class StreamingQueryHooks:
         self._triggers: dict[str, dict[str, Any]] = {}
         self._stop_requested = False
         self._previous_handlers: dict[int, Any] = {}
+        self._state = StreamState("data/streams")
         self._progress = ProgressLog()
 
     @hook_impl
@@ -71,20 +66,20 @@ class StreamingQueryHooks:
         self._queries = {}
         self._triggers = {}
         self._stop_requested = False
+        self._state = StreamState(
+            str(self._settings.get("state_dir", "data/streams")),
+            int(self._settings.get("progress_log_max_bytes", 10 * 1024 * 1024)),
+        )
+        check_run(
+            spark_session(),
+            catalog,
+            pipeline,
+            self._settings,
+            self._state,
+            env=run_params.get("env"),
+        )
         sinks = streaming_datasets(catalog, pipeline.all_outputs())
-        sources = streaming_datasets(catalog, pipeline.inputs())
         trigger = run_trigger(self._settings)
-        check_configuration(sinks, sources)
-        spark = spark_session()
-        location = spark_location(spark)
-        if location:
-            check_paths_reach_the_cluster(
-                _paths(catalog, pipeline.datasets()), location, run_params.get("env")
-            )
-        timeout = float(self._settings.get("kafka_connect_timeout", 30))
-        for name, dataset in {**sources, **sinks}.items():
-            if dataset.file_format == "kafka":
-                check_kafka_reachable(spark, name, dataset, timeout)
 
         # The run's trigger wins; else the sink's own; else the run's interval.
         interval = str(self._settings.get("trigger_interval", "10 seconds"))
@@ -92,7 +87,7 @@ class StreamingQueryHooks:
             self._triggers[name] = (
                 trigger or dataset.trigger or {"processingTime": interval}
             )
-        self._progress = ProgressLog()
+        self._progress = ProgressLog(self._state)
         self._install_signal_handlers()
 
     @hook_impl
@@ -105,6 +100,7 @@ class StreamingQueryHooks:
             data, trigger=self._triggers[dataset_name], query_name=dataset_name
         )
         self._queries[dataset_name] = query
+        self._state.heartbeat(list(self._queries), force=True)
         logger.info("Started streaming query '%s' (id %s).", dataset_name, query.id)
 
     @hook_impl
@@ -136,11 +132,13 @@ class StreamingQueryHooks:
             self._wait(lambda: not any(q.isActive for q in self._queries.values()))
             self._log_totals()
         finally:
+            self._state.stopped(list(self._queries))
             self._restore_signal_handlers()
 
     @hook_impl
     def on_pipeline_error(self, error: Exception, run_params: dict[str, Any]) -> None:
         self._stop_all()
+        self._state.stopped(list(self._queries))
         self._restore_signal_handlers()
 
     def _log_totals(self) -> None:
@@ -167,6 +165,7 @@ class StreamingQueryHooks:
         """Polls until ``done()``, a stop request or a failed query."""
         while True:
             self._update_progress()
+            self._state.heartbeat([n for n, q in self._queries.items() if q.isActive])
             for name, query in self._queries.items():
                 error = query.exception()
                 if error is not None:
@@ -224,15 +223,3 @@ class StreamingQueryHooks:
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)
         self._previous_handlers = {}
-
-
-def _paths(catalog: DataCatalog, names: set[str]) -> dict[str, list[str]]:
-    """The folders and checkpoints of the runtime's datasets among ``names``."""
-    paths = {}
-    for name in names:
-        dataset = catalog[name] if name in catalog else None
-        if isinstance(dataset, SparkStreamingDataset):
-            paths[name] = [p for p in (dataset.path, dataset.checkpoint) if p]
-        elif isinstance(dataset, SparkDataset):
-            paths[name] = [dataset.path]
-    return paths

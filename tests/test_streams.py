@@ -1,0 +1,165 @@
+"""`kedro streams status | validate | reset` on a generated project, with real
+Spark: before any run, after bounded runs, after a reset and a rerun (compared
+with the independent reference), and on broken queries.
+
+The commands during a continuous run are in `test_starter.py` (SIGTERM test),
+after a kill -9 mid-batch in `test_guarantees.py`, and Kafka lag in
+`test_kafka.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from support import (
+    assert_matches_reference,
+    committed_files,
+    example_reference,
+    kedro_run,
+    streams,
+)
+
+
+def status_lines(project_bin: Path, project: Path, *args: str) -> dict[str, str]:
+    """`kedro streams status`: each sink's line, by sink."""
+    result = streams(project_bin, project, "status", *args)
+    return dict(re.findall(r"^(\w+): (.*)$", result.stdout, re.MULTILINE))
+
+
+def checkpoints(project: Path) -> list[str]:
+    return [
+        p.name for p in (project / "data/checkpoints").iterdir() if p.name[0] != "."
+    ]
+
+
+def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bin):
+    expected = example_reference(fresh_project)
+    lines = len(expected.bronze) + sum(expected.rejections.values())
+    data = fresh_project / "data"
+
+    # Nothing has run: nothing committed, nothing running; the dry run builds
+    # both queries, writes nothing and makes no checkpoint.
+    status = status_lines(project_bin, fresh_project)
+    assert set(status) == {"bronze_trips", "hourly_borough_summary"}
+    for line in status.values():
+        assert "no batch committed yet" in line and "not running" in line
+    result = streams(project_bin, fresh_project, "validate")
+    assert "query bronze_trips: ok" in result.stdout
+    assert "query hourly_borough_summary: ok" in result.stdout
+    assert checkpoints(fresh_project) == []
+    assert not (data / "02_intermediate/bronze_trips").exists()
+
+    # One pipeline at a time, as a scheduler would run them.
+    kedro_run(project_bin, fresh_project, "--pipelines", "ingest")
+    assert not (data / "08_reporting/hourly_borough_summary/_spark_metadata").exists()
+    kedro_run(project_bin, fresh_project, "--pipelines", "aggregate")
+    assert_matches_reference(fresh_project, expected)
+
+    batches = len(list((data / "01_raw/trips_landing").glob("*.json")))
+    status = status_lines(project_bin, fresh_project)
+    assert re.search(
+        rf"batch {batches - 1} committed \S+ \S+ UTC · {lines} rows written in "
+        rf"{batches} batches · not running$",
+        status["bronze_trips"],
+    ), status
+    assert f"{len(expected.summary)} rows written" in status["hourly_borough_summary"]
+    assert "uncommitted" not in " ".join(status.values())
+
+    # The persisted progress log: one record per micro-batch, the same figures.
+    records = [
+        json.loads(line)
+        for line in (data / "streams/progress.jsonl").read_text().splitlines()
+    ]
+    bronze = [r for r in records if r["query"] == "bronze_trips"]
+    assert [r["batch"] for r in bronze] == list(range(batches))
+    assert sum(r["rows_written"] for r in bronze) == lines
+    assert sum(r["quarantined"] for r in bronze) == sum(expected.rejections.values())
+    summary = [r for r in records if r["query"] == "hourly_borough_summary"]
+    assert sum(r["rows_written"] for r in summary) == len(expected.summary)
+    assert sum(r["dropped_by_watermark"] for r in summary) == expected.late_trips
+
+    # Reset the summary: bronze is untouched, the summary is rebuilt from it.
+    bronze_files = committed_files(data / "02_intermediate/bronze_trips")
+    result = streams(
+        project_bin, fresh_project, "reset", "hourly_borough_summary", "--yes"
+    )
+    assert "bronze_trips" not in result.stdout
+    assert not (data / "08_reporting/hourly_borough_summary").exists()
+    assert not (data / "checkpoints/hourly_borough_summary").exists()
+    status = status_lines(project_bin, fresh_project)
+    assert "no batch committed yet" in status["hourly_borough_summary"]
+    assert "rows written" not in status["hourly_borough_summary"]
+    kedro_run(project_bin, fresh_project, "--pipelines", "aggregate")
+    assert committed_files(data / "02_intermediate/bronze_trips") == bronze_files
+    assert_matches_reference(fresh_project, expected)
+
+    # Reset bronze: every stream that reads it goes too, and both are rebuilt.
+    result = streams(project_bin, fresh_project, "reset", "bronze_trips", "--yes")
+    assert "Reset bronze_trips, hourly_borough_summary." in result.stdout
+    assert not (data / "checkpoints/bronze_trips").exists()
+    kedro_run(project_bin, fresh_project)
+    assert_matches_reference(fresh_project, expected)
+
+    # Only streaming sinks can be reset.
+    refused = streams(
+        project_bin, fresh_project, "reset", "taxi_zones", "--yes", check=False
+    )
+    assert refused.returncode != 0 and "is not a streaming sink" in refused.output
+    assert (data / "01_raw/taxi_zone_lookup.csv").exists()
+
+
+def test_validate_names_each_broken_query_and_writes_nothing(
+    fresh_project, project_bin
+):
+    nodes = fresh_project / "src/taxi_rides/pipelines/aggregate/nodes.py"
+    code = nodes.read_text()
+    # A column that does not exist, and a sink that cannot take the output mode.
+    nodes.write_text(code.replace('F.col("rejection_reason")', 'F.col("rejection")'))
+    broken = fresh_project / "conf/broken"
+    broken.mkdir()
+    (broken / "catalog.yml").write_text(
+        "hourly_borough_summary:\n"
+        "  type: taxi_rides.streaming.SparkStreamingDataset\n"
+        "  filepath: data/08_reporting/hourly_borough_summary\n"
+        "  file_format: parquet\n"
+        "  save_args:\n"
+        "    output_mode: complete\n"
+        "    checkpoint: data/checkpoints/hourly_borough_summary\n"
+    )
+    result = streams(
+        project_bin, fresh_project, "validate", "--env", "broken", check=False
+    )
+    output = " ".join(result.output.split())
+    assert result.returncode != 0
+    assert "query bronze_trips: ok" in output
+    assert (
+        "query hourly_borough_summary: node select_valid_trips fails: "
+        "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function "
+        "parameter with name `rejection` cannot be resolved" in output
+    )
+    assert (
+        "'hourly_borough_summary' has output_mode 'complete', which a parquet "
+        "file sink does not support" in output
+    )
+    assert "2 problem(s)" in output
+
+    # A stateful aggregation without a watermark, in append mode.
+    nodes.write_text(
+        code.replace(
+            'valid_trips.withWatermark("lpep_dropoff_datetime", '
+            'summary["watermark_delay"])',
+            "valid_trips",
+        )
+    )
+    result = streams(project_bin, fresh_project, "validate", check=False)
+    output = " ".join(result.output.split())
+    assert result.returncode != 0
+    assert (
+        "query hourly_borough_summary: [STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION]"
+        in output
+    )
+    assert "aggregations without watermark" in output
+    assert checkpoints(fresh_project) == []
+    assert not (fresh_project / "data/streams").exists()

@@ -1,0 +1,406 @@
+"""``kedro streams status | validate | reset``: operate the project's streams.
+
+The project's ``cli.py`` adds the ``streams`` group to Kedro's commands. Each
+command takes ``--env`` and ``--pipelines`` as ``kedro run`` does and reads
+the same configuration; ``status`` and ``reset`` start no Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+import fsspec
+from kedro.config import MissingConfigException
+from kedro.framework.cli.utils import env_option, split_string
+from kedro.framework.project import pipelines as registered_pipelines
+from kedro.framework.session import KedroSession
+from kedro.io import DataCatalog
+from kedro.pipeline import Pipeline
+
+from .checks import check_run, headline, streaming_datasets
+from .dataset import SparkStreamingDataset
+from .errors import StreamingConfigError
+from .session import spark_session
+from .state import StreamState
+
+_JAAS_USER = re.compile(r'username="([^"]*)"\s+password="([^"]*)"')
+
+pipelines_option = click.option(
+    "--pipelines",
+    "-p",
+    type=str,
+    default="",
+    callback=split_string,
+    help="Comma-separated pipelines, as for `kedro run` (default: __default__).",
+)
+
+
+@click.group(name="streams")
+def streams() -> None:
+    """Operate the streaming queries: status, validate, reset."""
+
+
+@dataclass
+class _Project:
+    catalog: DataCatalog
+    pipeline: Pipeline
+    settings: dict[str, Any]
+    state: StreamState
+    env: str | None
+
+    @property
+    def sinks(self) -> dict[str, SparkStreamingDataset]:
+        """The streaming sinks of the selected pipelines: one query each."""
+        return {
+            name: dataset
+            for name, dataset in streaming_datasets(
+                self.catalog, self.pipeline.all_outputs()
+            ).items()
+            if dataset.checkpoint
+        }
+
+
+def _open(metadata, env: str | None, names: list[str]) -> _Project:
+    session = KedroSession.create(project_path=metadata.project_path, env=env)
+    context = session.load_context()
+    try:
+        settings = dict(context.config_loader["streaming"])
+    except MissingConfigException:
+        settings = {}
+    selected = names or ["__default__"]
+    unknown = [name for name in selected if name not in registered_pipelines]
+    if unknown:
+        raise click.ClickException(f"No pipeline named {', '.join(unknown)}.")
+    pipeline = sum((registered_pipelines[name] for name in selected), Pipeline([]))
+    state = StreamState(
+        str(settings.get("state_dir", "data/streams")),
+        int(settings.get("progress_log_max_bytes", 10 * 1024 * 1024)),
+    )
+    return _Project(context.catalog, pipeline, settings, state, env)
+
+
+@streams.command()
+@env_option
+@pipelines_option
+@click.pass_obj
+def status(metadata, env: str | None, pipelines: list[str]) -> None:
+    """One line per streaming sink: where its query stands. Starts no query."""
+    project = _open(metadata, env, pipelines)
+    totals = project.state.totals()
+    running = project.state.running()
+    for name, dataset in project.sinks.items():
+        checkpoint = _checkpoint_state(dataset.checkpoint)
+        parts = []
+        if checkpoint["committed"] is None:
+            parts.append("no batch committed yet")
+        else:
+            parts.append(
+                f"batch {checkpoint['committed']} committed {checkpoint['when']}"
+            )
+        if checkpoint["pending"] is not None:
+            parts.append(
+                f"uncommitted batch {checkpoint['pending']} (the next run redoes it)"
+            )
+        query_totals = totals.get(name)
+        if query_totals:
+            parts.append(
+                f"{query_totals['rows_written']} rows written in "
+                f"{query_totals['batches']} batches"
+            )
+        info = running.get(name)
+        parts.append(
+            f"running (pid {info['pid']} on {info['host']})" if info else "not running"
+        )
+        for source, source_dataset in _query_sources(project, name).items():
+            if source_dataset.file_format == "kafka":
+                parts.append(
+                    f"{source} lag {_kafka_lag(source_dataset, checkpoint['offsets'])}"
+                )
+        click.echo(f"{name}: " + " · ".join(parts))
+
+
+@streams.command()
+@env_option
+@pipelines_option
+@click.pass_obj
+def validate(metadata, env: str | None, pipelines: list[str]) -> None:
+    """Builds every streaming query up to its start and checks it (a dry run).
+
+    Nothing is written, no checkpoint is made, no offset is read.
+    """
+    project = _open(metadata, env, pipelines)
+    spark = spark_session()
+    problems = []
+    try:
+        check_run(
+            spark,
+            project.catalog,
+            project.pipeline,
+            project.settings,
+            project.state,
+            env=env,
+        )
+    except StreamingConfigError as error:
+        problems.append(str(error))
+    frames: dict[str, Any] = {}
+    failed: set[str] = set()
+    for node in project.pipeline.nodes:
+        if failed & set(node.inputs):
+            failed |= set(node.outputs)
+            continue
+        try:
+            inputs = {name: _input(project, frames, name) for name in node.inputs}
+            with _quiet("kedro.pipeline.node"):  # the error is reported below
+                outputs = node.run(inputs)
+        except Exception as error:  # a node's own error, reported with its query
+            failed |= set(node.outputs)
+            queries = _queries_of(project, node.outputs) or node.outputs
+            problems.append(
+                f"query {', '.join(queries)}: node {node.name} fails: {headline(error)}"
+            )
+            continue
+        frames.update(outputs)
+        for name in set(outputs) & set(project.sinks):
+            problem = _plan_problem(spark, project.sinks[name], outputs[name])
+            if problem:
+                problems.append(f"query {name}: {problem}")
+            else:
+                click.echo(f"query {name}: ok")
+    if problems:
+        for problem in problems:
+            click.echo("- " + problem.replace("\n", "\n  "), err=True)
+        raise click.ClickException(
+            f"{len(problems)} problem(s): fix them before `kedro run`."
+        )
+    click.echo("All streaming queries can start.")
+
+
+@streams.command()
+@click.argument("datasets", nargs=-1, required=True)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--only",
+    is_flag=True,
+    help="Reset only the named sinks, not the streams that read them.",
+)
+@env_option
+@pipelines_option
+@click.pass_obj
+def reset(
+    metadata,
+    *,  # click passes the options by name
+    datasets: tuple[str, ...],
+    yes: bool,
+    only: bool,
+    env: str | None,
+    pipelines: list[str],
+) -> None:
+    """Removes streaming sinks' data and checkpoints (a full refresh).
+
+    By default also every streaming sink that reads them, directly or
+    through other streams, in all pipelines (or those of --pipelines).
+    """
+    project = _open(metadata, env, pipelines or list(registered_pipelines))
+    sinks = project.sinks
+    for name in datasets:
+        if name not in sinks:
+            raise click.ClickException(
+                f"'{name}' is not a streaming sink of these pipelines: reset removes "
+                "a streaming table and its checkpoint, and nothing else."
+            )
+    targets = set(datasets)
+    if not only:
+        for name in datasets:
+            downstream = project.pipeline.from_inputs(name).all_outputs()
+            targets |= {output for output in downstream if output in sinks}
+    running = set(project.state.running()) & targets
+    if running:
+        raise click.ClickException(
+            f"{', '.join(sorted(running))} running: stop that run before a reset."
+        )
+    plan = []
+    for name in sorted(targets):
+        dataset = sinks[name]
+        if dataset.file_format == "kafka":
+            plan.append((name, [dataset.checkpoint]))
+            click.echo(
+                f"{name}: checkpoint {dataset.checkpoint}. Its Kafka topic is left "
+                "alone: the next run appends everything again after what it holds."
+            )
+        else:
+            plan.append((name, [dataset.path, dataset.checkpoint]))
+            click.echo(
+                f"{name}: table {dataset.path} and checkpoint {dataset.checkpoint}"
+            )
+    if not yes:
+        click.confirm("Remove them?", abort=True)
+    for name, paths in plan:
+        for path in paths:
+            fs, root = fsspec.core.url_to_fs(path)
+            if fs.exists(root):
+                fs.rm(root, recursive=True)
+    project.state.forget(targets)
+    click.echo(f"Reset {', '.join(sorted(targets))}.")
+
+
+@contextmanager
+def _quiet(logger_name: str):
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _checkpoint_state(checkpoint: str) -> dict[str, Any]:
+    """The last committed batch, a started but uncommitted one, and offsets."""
+    fs, root = fsspec.core.url_to_fs(checkpoint)
+
+    def batches(folder: str) -> list[int]:
+        path = f"{root}/{folder}"
+        if not fs.exists(path):
+            return []
+        names = [
+            entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(path, detail=False)
+        ]
+        return sorted(int(name) for name in names if name.isdigit())
+
+    commits, offsets = batches("commits"), batches("offsets")
+    committed = commits[-1] if commits else None
+    pending = (
+        offsets[-1]
+        if offsets and (committed is None or offsets[-1] > committed)
+        else None
+    )
+    result = {"committed": committed, "pending": pending, "when": None, "offsets": []}
+    if committed is not None:
+        info = fs.info(f"{root}/commits/{committed}")
+        moment = info.get("mtime") or info.get("LastModified")
+        if isinstance(moment, int | float):
+            moment = datetime.fromtimestamp(moment, timezone.utc)
+        result["when"] = moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "?"
+        lines = fs.cat_file(f"{root}/offsets/{committed}").decode().splitlines()
+        result["offsets"] = [
+            json.loads(line) for line in lines[2:] if line.startswith("{")
+        ]
+    return result
+
+
+def _query_sources(project: _Project, sink: str) -> dict[str, SparkStreamingDataset]:
+    """The streaming datasets the sink's query reads: the graph back from the
+    sink through in-memory datasets, up to streaming datasets."""
+    producers = {
+        output: node for node in project.pipeline.nodes for output in node.outputs
+    }
+    sources, stack, seen = {}, [sink], set()
+    while stack:
+        node = producers.get(stack.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        for name in node.inputs:
+            dataset = project.catalog[name] if name in project.catalog else None
+            if isinstance(dataset, SparkStreamingDataset):
+                sources[name] = dataset
+            else:
+                stack.append(name)
+    return sources
+
+
+def _queries_of(project: _Project, outputs: list[str]) -> list[str]:
+    """The sinks whose queries include any of ``outputs``."""
+    return [
+        sink
+        for sink in project.sinks
+        if any(
+            output in project.pipeline.to_outputs(sink).all_outputs()
+            for output in outputs
+        )
+    ]
+
+
+def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
+    """Messages in the topics after the offsets of the last committed batch."""
+    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
+    from kafka.errors import KafkaError  # noqa: PLC0415
+
+    partitions = {
+        TopicPartition(topic, int(partition)): offset
+        for offsets in committed
+        if all(isinstance(value, dict) for value in offsets.values())
+        for topic, by_partition in offsets.items()
+        for partition, offset in by_partition.items()
+    }
+    if not partitions:
+        return "unknown (no batch committed yet)"
+    config = dataset.kafka_client_config
+    client: dict[str, Any] = {"bootstrap_servers": config.get("bootstrap.servers")}
+    if config.get("security.protocol"):
+        client["security_protocol"] = config["security.protocol"]
+    if config.get("sasl.mechanism"):
+        client["sasl_mechanism"] = config["sasl.mechanism"]
+    credentials = _JAAS_USER.search(config.get("sasl.jaas.config", ""))
+    if credentials:
+        client["sasl_plain_username"], client["sasl_plain_password"] = (
+            credentials.groups()
+        )
+    try:
+        consumer = KafkaConsumer(**client, request_timeout_ms=5000)
+        try:
+            latest = consumer.end_offsets(list(partitions))
+        finally:
+            consumer.close()
+    except KafkaError as error:
+        return f"unknown (the broker did not answer: {type(error).__name__})"
+    by_topic: dict[str, int] = {}
+    for partition, offset in partitions.items():
+        by_topic[partition.topic] = by_topic.get(partition.topic, 0) + max(
+            0, latest[partition] - offset
+        )
+    return ", ".join(
+        f"{topic} {lag} messages" for topic, lag in sorted(by_topic.items())
+    )
+
+
+def _input(project: _Project, frames: dict[str, Any], name: str) -> Any:
+    """A node's input for the dry run: a DataFrame built earlier in it; a
+    stream over a sink of this run with that sink's schema; else the catalog's."""
+    if name in frames:
+        if name in project.sinks:
+            return project.sinks[name].stream(schema=frames[name].schema)
+        return frames[name]
+    return project.catalog.load(name)
+
+
+def _plan_problem(spark, dataset: SparkStreamingDataset, frame) -> str | None:
+    """What Spark would refuse when starting the sink's query, without starting it."""
+    try:
+        frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
+    except Exception as error:
+        return headline(error)
+    mode = dataset.output_mode
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: Spark checks the rest when the query starts
+        return None
+    modes = jvm.org.apache.spark.sql.streaming.OutputMode
+    try:
+        jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
+            frame._jdf.queryExecution().analyzed(),
+            {
+                "append": modes.Append,
+                "update": modes.Update,
+                "complete": modes.Complete,
+            }[mode](),
+        )
+    except Exception as error:
+        return headline(error)
+    return None

@@ -1,0 +1,152 @@
+"""What the runtime records beside the queries, in ``state_dir`` (streaming.yml).
+
+- ``progress.jsonl``: one JSON object per micro-batch of every query, appended
+  as the run sees it. When it passes ``max_bytes`` it becomes
+  ``progress.1.jsonl`` (replacing the previous one), so the log keeps at
+  least the last ``max_bytes`` and never more than twice that.
+- ``totals.json``: per query, the sums since its last reset (batches, rows
+  in, written, quarantined, dropped by watermark), which outlive the rotation.
+- ``running/<query>.json``: the process running a query, with a heartbeat a
+  few seconds old at most while it runs; removed when it stops.
+
+A JSON-lines file rather than a Spark table: writing a table would cost a
+Spark job per micro-batch, at a 1-second trigger; a line costs nothing,
+``status`` reads it without Spark, and Spark or pandas read it as a table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .errors import StreamingConfigError
+
+PROGRESS_FILE = "progress.jsonl"
+TOTALS_FILE = "totals.json"
+RUNNING_DIR = "running"
+HEARTBEAT_SECONDS = 5.0
+# A heartbeat older than this: the process died without cleaning up (kill -9).
+STALE_SECONDS = 30.0
+TOTAL_KEYS = (
+    "batches",
+    "input_rows",
+    "rows_written",
+    "quarantined",
+    "dropped_by_watermark",
+)
+
+
+class StreamState:
+    """The progress log, totals and running markers of one ``state_dir``."""
+
+    def __init__(self, state_dir: str, max_bytes: int = 10 * 1024 * 1024) -> None:
+        if "://" in state_dir and not state_dir.startswith("file://"):
+            raise StreamingConfigError(
+                f"state_dir '{state_dir}' in streaming.yml is not a local folder: "
+                "the runtime appends to its log with plain file writes. Set it to "
+                "a local or mounted path."
+            )
+        self.path = Path(state_dir.removeprefix("file://"))
+        self.max_bytes = max_bytes
+        self._last_heartbeat = 0.0
+
+    @property
+    def progress_files(self) -> list[Path]:
+        """The log's files, oldest first."""
+        files = [self.path / "progress.1.jsonl", self.path / PROGRESS_FILE]
+        return [path for path in files if path.is_file()]
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Appends one micro-batch's record and adds it to its query's totals."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        log = self.path / PROGRESS_FILE
+        with log.open("a") as output:
+            output.write(json.dumps(record, sort_keys=True) + "\n")
+        if log.stat().st_size > self.max_bytes:
+            log.replace(self.path / "progress.1.jsonl")
+        totals = self.totals()
+        query = totals.setdefault(record["query"], dict.fromkeys(TOTAL_KEYS, 0))
+        query["batches"] += 1
+        for key in TOTAL_KEYS[1:]:
+            query[key] += record.get(key, 0)
+        query["last_batch"], query["last_time"] = record["batch"], record["time"]
+        self._write_json(self.path / TOTALS_FILE, totals)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record the log still holds, oldest first."""
+        return [
+            json.loads(line)
+            for path in self.progress_files
+            for line in path.read_text().splitlines()
+            if line.strip()
+        ]
+
+    def totals(self) -> dict[str, dict[str, Any]]:
+        """Per query, the sums since its last reset."""
+        try:
+            return json.loads((self.path / TOTALS_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def forget(self, queries: set[str]) -> None:
+        """Drops the totals of reset queries; their old records stay in the log."""
+        totals = {k: v for k, v in self.totals().items() if k not in queries}
+        if (self.path / TOTALS_FILE).exists():
+            self._write_json(self.path / TOTALS_FILE, totals)
+
+    def heartbeat(self, queries: list[str], force: bool = False) -> None:
+        """Records that this process runs ``queries`` (every few seconds at most)."""
+        now = time.time()
+        if not force and now - self._last_heartbeat < HEARTBEAT_SECONDS:
+            return
+        self._last_heartbeat = now
+        running = self.path / RUNNING_DIR
+        running.mkdir(parents=True, exist_ok=True)
+        for query in queries:
+            self._write_json(
+                running / f"{query}.json",
+                {"pid": os.getpid(), "host": socket.gethostname(), "heartbeat": now},
+            )
+
+    def stopped(self, queries: list[str]) -> None:
+        for query in queries:
+            (self.path / RUNNING_DIR / f"{query}.json").unlink(missing_ok=True)
+
+    def running(self) -> dict[str, dict[str, Any]]:
+        """Queries whose process beat within the last ``STALE_SECONDS``."""
+        found = {}
+        for marker in sorted((self.path / RUNNING_DIR).glob("*.json")):
+            try:
+                info = json.loads(marker.read_text())
+            except (OSError, ValueError):
+                continue
+            if time.time() - info.get("heartbeat", 0) < STALE_SECONDS:
+                found[marker.stem] = info
+        return found
+
+    @staticmethod
+    def _write_json(path: Path, value: Any) -> None:
+        partial = path.with_name(f".{path.name}.tmp")
+        partial.write_text(json.dumps(value, indent=1, sort_keys=True))
+        partial.replace(path)  # a reader never sees half a file
+
+
+def batch_record(query: str, report: dict[str, Any], counts: Counter) -> dict[str, Any]:
+    """The log's record of one progress report, with the counts the log shows."""
+    return {
+        "query": query,
+        "batch": report["batchId"],
+        "time": report["timestamp"],
+        **{key: counts[key] for key in TOTAL_KEYS[1:]},
+        "watermark": report.get("eventTime", {}).get("watermark"),
+        "duration_ms": report.get("batchDuration", 0),
+        "sources": [
+            {"source": source.get("description"), "end_offset": source.get("endOffset")}
+            for source in report.get("sources", [])
+        ],
+    }
