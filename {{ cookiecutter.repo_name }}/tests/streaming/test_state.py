@@ -61,6 +61,11 @@ def test_running_queries_are_those_with_a_recent_heartbeat(tmp_path):
     )
     assert set(state.running()) == {"bronze"}
 
+    # On this machine, a marker whose process is gone does not count either.
+    marker = tmp_path / "running" / "bronze.json"
+    marker.write_text(json.dumps({**info, "pid": 2**22 + 1}))  # above pid_max
+    assert state.running() == {}
+    state.heartbeat(["bronze"], force=True)
     state.stopped(["bronze"])
     assert state.running() == {}
 

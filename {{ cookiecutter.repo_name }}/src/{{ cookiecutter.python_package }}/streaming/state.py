@@ -118,15 +118,19 @@ class StreamState:
             (self.path / RUNNING_DIR / f"{query}.json").unlink(missing_ok=True)
 
     def running(self) -> dict[str, dict[str, Any]]:
-        """Queries whose process beat within the last ``STALE_SECONDS``."""
+        """Queries whose process beat within the last ``STALE_SECONDS``, and
+        still runs, when it ran on this machine."""
         found = {}
         for marker in sorted((self.path / RUNNING_DIR).glob("*.json")):
             try:
                 info = json.loads(marker.read_text())
             except (OSError, ValueError):
                 continue
-            if time.time() - info.get("heartbeat", 0) < STALE_SECONDS:
-                found[marker.stem] = info
+            if time.time() - info.get("heartbeat", 0) >= STALE_SECONDS:
+                continue
+            if info.get("host") == socket.gethostname() and not _alive(info["pid"]):
+                continue  # killed (SIGKILL): it could not remove its marker
+            found[marker.stem] = info
         return found
 
     @staticmethod
@@ -134,6 +138,16 @@ class StreamState:
         partial = path.with_name(f".{path.name}.tmp")
         partial.write_text(json.dumps(value, indent=1, sort_keys=True))
         partial.replace(path)  # a reader never sees half a file
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def batch_record(query: str, report: dict[str, Any], counts: Counter) -> dict[str, Any]:
