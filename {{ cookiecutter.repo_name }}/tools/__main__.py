@@ -349,27 +349,32 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
+def _start_stop_status(tool, start_help: str) -> argparse.ArgumentParser:
+    """The ``start``, ``stop`` and ``status`` commands of a tool; returns ``start``."""
+    commands = tool.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("start", help=start_help)
+    stop = commands.add_parser("stop", help="stop it")
+    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
+    for command in (start, stop, status):
+        command.add_argument("--data-dir", type=Path, default=spark.DATA_DIR)
+    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
+    return start
+
+
 def add_spark_commands(tools) -> None:
     """``cluster``, ``connect`` and ``submit``."""
     cluster = tools.add_parser("cluster", help="a Spark standalone cluster")
     cluster.set_defaults(run=run_cluster)
-    commands = cluster.add_subparsers(dest="command", required=True)
-    start = commands.add_parser("start", help="start a master and workers, detached")
+    start = _start_stop_status(cluster, "start a master and workers, detached")
     start.add_argument("--port", type=int, default=7077, help="the master's port")
     start.add_argument("--workers", type=int, default=1)
     start.add_argument("--cores", type=int, default=2, help="cores per worker")
     start.add_argument("--memory", default="4g", help="memory per worker")
     start.add_argument("--timeout", type=float, default=90, help="seconds to start")
-    stop = commands.add_parser("stop", help="stop the master and workers")
-    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
-    for command in (start, stop, status):
-        command.add_argument("--data-dir", type=Path, default=spark.DATA_DIR)
-    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
 
     connect = tools.add_parser("connect", help="a Spark Connect server")
     connect.set_defaults(run=run_connect)
-    commands = connect.add_subparsers(dest="command", required=True)
-    start = commands.add_parser("start", help="start it, detached; wait until ready")
+    start = _start_stop_status(connect, "start it, detached; wait until ready")
     start.add_argument("--port", type=int, default=15002, help="its gRPC port")
     start.add_argument(
         "--master", help="where it runs queries (default: spark.master of --env)"
@@ -378,11 +383,6 @@ def add_spark_commands(tools) -> None:
         "--env", default="local", help="conf/<env> whose spark.yml sets it up"
     )
     start.add_argument("--timeout", type=float, default=180, help="seconds to start")
-    stop = commands.add_parser("stop", help="stop it")
-    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
-    for command in (start, stop, status):
-        command.add_argument("--data-dir", type=Path, default=spark.DATA_DIR)
-    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
 
     submit = tools.add_parser(
         "submit", help="spark-submit the packaged project (`kedro package` first)"

@@ -22,6 +22,7 @@ from kedro.framework.cli.utils import env_option, split_string
 from kedro.framework.project import pipelines as registered_pipelines
 from kedro.framework.session import KedroSession
 from kedro.io import DataCatalog
+from kedro.io.core import DatasetError
 from kedro.pipeline import Pipeline
 
 from .checks import check_run, headline, streaming_datasets
@@ -372,11 +373,16 @@ def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
 
 
 def _input(project: _Project, frames: dict[str, Any], name: str) -> Any:
-    """A node's input for the dry run: a DataFrame built earlier in it; a
-    stream over a sink of this run with that sink's schema; else the catalog's."""
+    """A node's input for the dry run: a DataFrame built earlier in it; for a
+    sink of this run, a stream over it with that DataFrame's schema (or, while
+    the sink has no folder yet, the DataFrame itself: same columns, no write);
+    else the catalog's."""
     if name in frames:
         if name in project.sinks:
-            return project.sinks[name].stream(schema=frames[name].schema)
+            try:
+                return project.sinks[name].stream(schema=frames[name].schema)
+            except DatasetError:
+                return frames[name]
         return frames[name]
     return project.catalog.load(name)
 
