@@ -105,6 +105,26 @@ def test_kafka_ingest_then_aggregate_matches_reference(
     )
     assert published == stored
 
+    # A Kafka sink's reset removes its checkpoint and leaves the topic alone.
+    checkpoint = (
+        kafka_project / "data/kafka/checkpoints/hourly_borough_summary_messages"
+    )
+    assert checkpoint.exists()
+    result = streams(
+        project_bin,
+        kafka_project,
+        "reset",
+        "hourly_borough_summary_messages",
+        "--env",
+        "kafka",
+        "--yes",
+    )
+    assert "Its Kafka topic is left alone" in " ".join(result.stdout.split())
+    assert not checkpoint.exists()
+    assert len(consume_all(servers, summary_topic, expected=len(summary))) == len(
+        summary
+    )
+
 
 def test_kafka_continuous_run_two_waves_sigterm_and_restart(
     fresh_project, project_bin, broker_log_on_failure

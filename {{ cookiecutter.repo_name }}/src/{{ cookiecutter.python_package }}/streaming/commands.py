@@ -216,11 +216,7 @@ def reset(
                 f"'{name}' is not a streaming sink of these pipelines: reset removes "
                 "a streaming table and its checkpoint, and nothing else."
             )
-    targets = set(datasets)
-    if not only:
-        for name in datasets:
-            downstream = project.pipeline.from_inputs(name).all_outputs()
-            targets |= {output for output in downstream if output in sinks}
+    targets = set(datasets) if only else _with_readers(project, set(datasets))
     running = set(project.state.running()) & targets
     if running:
         raise click.ClickException(
@@ -315,6 +311,16 @@ def _query_sources(project: _Project, sink: str) -> dict[str, SparkStreamingData
             else:
                 stack.append(name)
     return sources
+
+
+def _with_readers(project: _Project, names: set[str]) -> set[str]:
+    """``names`` and every streaming sink that reads them, directly or not."""
+    found = set(names)
+    for name in names:
+        if any(name in node.inputs for node in project.pipeline.nodes):
+            downstream = project.pipeline.from_inputs(name).all_outputs()
+            found |= {output for output in downstream if output in project.sinks}
+    return found
 
 
 def _queries_of(project: _Project, outputs: list[str]) -> list[str]:
