@@ -80,10 +80,7 @@ def _open(metadata, env: str | None, names: list[str]) -> _Project:
     if unknown:
         raise click.ClickException(f"No pipeline named {', '.join(unknown)}.")
     pipeline = sum((registered_pipelines[name] for name in selected), Pipeline([]))
-    state = StreamState(
-        str(settings.get("state_dir", "data/streams")),
-        int(settings.get("progress_log_max_bytes", 10 * 1024 * 1024)),
-    )
+    state = StreamState.from_settings(settings)
     return _Project(context.catalog, pipeline, settings, state, env)
 
 

@@ -89,7 +89,7 @@ class ProgressLog:
         )
         self.totals.setdefault(name, Counter()).update(batch)
         if self._state is not None:
-            self._state.append(batch_record(name, report, Counter(batch)))
+            self._state.append(batch_record(name, report, batch))
 
 
 def _metric_row(row: dict[str, Any]) -> dict[str, Any]:

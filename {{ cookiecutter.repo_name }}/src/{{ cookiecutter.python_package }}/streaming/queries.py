@@ -47,7 +47,7 @@ class StreamingQueryHooks:
         self._triggers: dict[str, dict[str, Any]] = {}
         self._stop_requested = False
         self._previous_handlers: dict[int, Any] = {}
-        self._state = StreamState("data/streams")
+        self._state = StreamState.from_settings({})
         self._progress = ProgressLog()
 
     @hook_impl
@@ -66,10 +66,7 @@ class StreamingQueryHooks:
         self._queries = {}
         self._triggers = {}
         self._stop_requested = False
-        self._state = StreamState(
-            str(self._settings.get("state_dir", "data/streams")),
-            int(self._settings.get("progress_log_max_bytes", 10 * 1024 * 1024)),
-        )
+        self._state = StreamState.from_settings(self._settings)
         check_run(
             spark_session(),
             catalog,

@@ -20,7 +20,6 @@ import json
 import os
 import socket
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,8 @@ RUNNING_DIR = "running"
 HEARTBEAT_SECONDS = 5.0
 # A heartbeat older than this: the process died without cleaning up (kill -9).
 STALE_SECONDS = 30.0
+DEFAULT_STATE_DIR = "data/streams"
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 TOTAL_KEYS = (
     "batches",
     "input_rows",
@@ -44,7 +45,7 @@ TOTAL_KEYS = (
 class StreamState:
     """The progress log, totals and running markers of one ``state_dir``."""
 
-    def __init__(self, state_dir: str, max_bytes: int = 10 * 1024 * 1024) -> None:
+    def __init__(self, state_dir: str, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if "://" in state_dir and not state_dir.startswith("file://"):
             raise StreamingConfigError(
                 f"state_dir '{state_dir}' in streaming.yml is not a local folder: "
@@ -54,6 +55,14 @@ class StreamState:
         self.path = Path(state_dir.removeprefix("file://"))
         self.max_bytes = max_bytes
         self._last_heartbeat = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> StreamState:
+        """The state of ``streaming.yml``'s ``state_dir`` and ``progress_log_max_bytes``."""
+        return cls(
+            str(settings.get("state_dir", DEFAULT_STATE_DIR)),
+            int(settings.get("progress_log_max_bytes", DEFAULT_MAX_BYTES)),
+        )
 
     @property
     def progress_files(self) -> list[Path]:
@@ -150,7 +159,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def batch_record(query: str, report: dict[str, Any], counts: Counter) -> dict[str, Any]:
+def batch_record(
+    query: str, report: dict[str, Any], counts: dict[str, int]
+) -> dict[str, Any]:
     """The log's record of one progress report, with the counts the log shows."""
     return {
         "query": query,
