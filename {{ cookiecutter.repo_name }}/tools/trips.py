@@ -85,13 +85,21 @@ def trip_records(file_index: int, trips: int = 60, seed: int = 2024) -> list[str
         # Out of order, but within the 10-minute watermark: still counted.
         for record in records[2:4]:
             record.update(
-                _times(rng, span_start - timedelta(minutes=rng.uniform(1, 6)))
+                _times(
+                    rng,
+                    span_start - timedelta(minutes=rng.uniform(1, 6)),
+                    record["trip_distance"],
+                )
             )
     if file_index >= FIRST_FILE_WITH_LATE_TRIPS:
         # Beyond the watermark: their window has been emitted already.
         for record in records[:2]:
             record.update(
-                _times(rng, span_start - timedelta(minutes=rng.uniform(120, 150)))
+                _times(
+                    rng,
+                    span_start - timedelta(minutes=rng.uniform(120, 150)),
+                    record["trip_distance"],
+                )
             )
 
     records[5]["fare_amount"] = -abs(records[5]["fare_amount"])
@@ -125,7 +133,7 @@ def _trip(rng: random.Random, dropoff: datetime) -> dict[str, object]:
     total = round(fare + extra + 0.5 + tip + tolls + 0.3 + (congestion or 0.0), 2)
     return {
         "VendorID": rng.choice([1, 2]),
-        **_times(rng, dropoff),
+        **_times(rng, dropoff, distance),
         "store_and_fwd_flag": None
         if rng.random() < NULL_SHARE
         else rng.choice(["N"] * 19 + ["Y"]),
@@ -150,9 +158,13 @@ def _trip(rng: random.Random, dropoff: datetime) -> dict[str, object]:
     }
 
 
-def _times(rng: random.Random, dropoff: datetime) -> dict[str, object]:
+def _times(
+    rng: random.Random, dropoff: datetime, distance: float
+) -> dict[str, object]:
+    """Pickup and dropoff of a trip of ``distance`` miles at 6 to 30 mph."""
     dropoff = dropoff.replace(microsecond=0)
-    pickup = dropoff - timedelta(seconds=rng.randint(180, 2_700))
+    seconds = max(120, round(distance / rng.uniform(6, 30) * 3600))
+    pickup = dropoff - timedelta(seconds=seconds)
     style = rng.choice(["iso", "space", "epoch_ms"])
     return {
         "lpep_pickup_datetime": _format(pickup, style),

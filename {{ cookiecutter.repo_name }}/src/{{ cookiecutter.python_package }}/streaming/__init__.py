@@ -1,8 +1,8 @@
 """The streaming runtime: everything between Kedro and Spark's streaming queries.
 
-The pipelines never import it; ``settings.py`` registers its hooks and the
-catalog names its datasets. It knows nothing of this project, so it could move
-into a package of its own unchanged.
+``settings.py`` registers its hooks, the catalog names its datasets, and a
+node may call ``check_expectations``. It knows nothing of this project, so it
+could move into a package of its own unchanged.
 
 - ``SparkStreamingDataset``: a streaming source or sink as a catalog entry.
   ``save()`` starts a query; ``start(data, trigger=..., query_name=...)`` is
@@ -11,6 +11,9 @@ into a package of its own unchanged.
 - ``SparkHooks``: reads ``spark.yml``; the session starts with the first
   pipeline run or dataset load (``spark_session()``), never for
   ``kedro catalog``, ``kedro registry`` or ``kedro viz``.
+- ``check_expectations``: data-quality rules declared in configuration
+  (warn, quarantine or fail), checked on every record of a DataFrame and
+  counted per rule in every micro-batch.
 - ``StreamingQueryHooks``: checks a run before any query starts, starts each
   sink's query with the run's trigger, holds a stream over a sink back until
   the sink has history, logs one progress line per micro-batch, stops the
@@ -19,6 +22,7 @@ into a package of its own unchanged.
 
 from .dataset import SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError, StreamingQueryFailed
+from .expectations import check_expectations
 from .queries import StreamingQueryHooks
 from .session import SparkHooks, spark_session
 
@@ -29,5 +33,6 @@ __all__ = [
     "StreamingConfigError",
     "StreamingQueryFailed",
     "StreamingQueryHooks",
+    "check_expectations",
     "spark_session",
 ]

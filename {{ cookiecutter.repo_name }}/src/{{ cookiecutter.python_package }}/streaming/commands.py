@@ -28,6 +28,7 @@ from kedro.pipeline import Pipeline
 from .checks import check_run, headline, streaming_datasets
 from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError
+from .progress import describe_expectations
 from .session import spark_session
 from .state import StreamState
 
@@ -108,10 +109,14 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
             )
         query_totals = totals.get(name)
         if query_totals:
-            parts.append(
+            written = (
                 f"{query_totals['rows_written']} rows written in "
                 f"{query_totals['batches']} batches"
             )
+            if query_totals.get("quarantined") or query_totals.get("expectations"):
+                written += f", {query_totals['quarantined']} quarantined"
+                written += describe_expectations(query_totals.get("expectations", {}))
+            parts.append(written)
         info = running.get(name)
         parts.append(
             f"running (pid {info['pid']} on {info['host']})" if info else "not running"

@@ -12,6 +12,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQuery
 
 from .dataset import ROWS_WRITTEN_METRIC
+from .expectations import EXPECTATIONS_METRIC, UNPARSED, rule_counts
 from .state import StreamState, batch_record
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ class ProgressLog:
 
     def __init__(self, state: StreamState | None = None) -> None:
         self.totals: dict[str, Counter] = {}
+        # Per query: the records each expectation caught (and `unparsed`).
+        self.expectation_totals: dict[str, Counter] = {}
         self._state = state
         self._last_seen: dict[str, tuple[str, int]] = {}
 
@@ -73,9 +76,10 @@ class ProgressLog:
                 state.get("numRowsDroppedByWatermark", 0) for state in states
             ),
         }
+        caught = expectation_counts(metrics.get(EXPECTATIONS_METRIC))
         logger.info(
             "Query %s batch %d: %d rows in, %d written, %d quarantined, %.1f rows/s, "
-            "%d ms, watermark %s, %d state rows, %d dropped by watermark",
+            "%d ms, watermark %s, %d state rows, %d dropped by watermark%s",
             name,
             report["batchId"],
             batch["input_rows"],
@@ -86,10 +90,28 @@ class ProgressLog:
             report.get("eventTime", {}).get("watermark", "none"),
             sum(state.get("numRowsTotal", 0) for state in states),
             batch["dropped_by_watermark"],
+            describe_expectations(caught),
         )
         self.totals.setdefault(name, Counter()).update(batch)
+        self.expectation_totals.setdefault(name, Counter()).update(caught)
         if self._state is not None:
-            self._state.append(batch_record(name, report, batch))
+            self._state.append(batch_record(name, report, batch, caught))
+
+
+def expectation_counts(metrics: dict[str, Any] | None) -> dict[str, int]:
+    """The records each expectation caught in a batch, and ``unparsed``; the
+    ones that caught none are left out."""
+    if not metrics:
+        return {}
+    counts = {UNPARSED: int(metrics.get(UNPARSED, 0)), **rule_counts(metrics)}
+    return {rule: count for rule, count in counts.items() if count}
+
+
+def describe_expectations(caught: dict[str, int]) -> str:
+    """``caught`` for a log line: ", expectations: unparsed 2, trip_speed 1"."""
+    if not caught:
+        return ""
+    return ", expectations: " + ", ".join(f"{k} {v}" for k, v in caught.items())
 
 
 def _metric_row(row: dict[str, Any]) -> dict[str, Any]:

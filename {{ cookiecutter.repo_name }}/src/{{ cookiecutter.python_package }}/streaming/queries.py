@@ -28,7 +28,7 @@ from pyspark.sql.streaming import StreamingQuery
 from .checks import check_run, headline, run_trigger, streaming_datasets
 from .dataset import SparkStreamingDataset
 from .errors import StreamingQueryFailed
-from .progress import ProgressLog
+from .progress import ProgressLog, describe_expectations
 from .session import spark_session
 from .state import StreamState
 
@@ -145,13 +145,16 @@ class StreamingQueryHooks:
             totals = self._progress.totals.get(name, Counter())
             logger.info(
                 "Query %s ended: %d batches, %d rows in, %d written, %d quarantined, "
-                "%d dropped by watermark.",
+                "%d dropped by watermark%s.",
                 name,
                 totals["batches"],
                 totals["input_rows"],
                 totals["rows_written"],
                 totals["quarantined"],
                 totals["dropped_by_watermark"],
+                describe_expectations(
+                    dict(self._progress.expectation_totals.get(name, {}))
+                ),
             )
 
     def _update_progress(self) -> None:

@@ -5,7 +5,8 @@
   ``progress.1.jsonl`` (replacing the previous one), so the log keeps at
   least the last ``max_bytes`` and never more than twice that.
 - ``totals.json``: per query, the sums since its last reset (batches, rows
-  in, written, quarantined, dropped by watermark), which outlive the rotation.
+  in, written, quarantined, dropped by watermark, and the records each
+  expectation caught), which outlive the rotation.
 - ``running/<query>.json``: the process running a query, with a heartbeat a
   few seconds old at most while it runs; removed when it stops.
 
@@ -83,6 +84,9 @@ class StreamState:
         query["batches"] += 1
         for key in TOTAL_KEYS[1:]:
             query[key] += record.get(key, 0)
+        caught = query.setdefault("expectations", {})
+        for rule, count in record.get("expectations", {}).items():
+            caught[rule] = caught.get(rule, 0) + count
         query["last_batch"], query["last_time"] = record["batch"], record["time"]
         self._write_json(self.path / TOTALS_FILE, totals)
 
@@ -160,14 +164,19 @@ def _alive(pid: int) -> bool:
 
 
 def batch_record(
-    query: str, report: dict[str, Any], counts: dict[str, int]
+    query: str,
+    report: dict[str, Any],
+    counts: dict[str, int],
+    expectations: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The log's record of one progress report, with the counts the log shows."""
+    """The log's record of one progress report, with the counts the log shows
+    and the records each expectation caught (those that caught any)."""
     return {
         "query": query,
         "batch": report["batchId"],
         "time": report["timestamp"],
         **{key: counts[key] for key in TOTAL_KEYS[1:]},
+        "expectations": expectations or {},
         "watermark": report.get("eventTime", {}).get("watermark"),
         "duration_ms": report.get("batchDuration", 0),
         "sources": [

@@ -12,6 +12,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from {{ cookiecutter.python_package }}.streaming import check_expectations
+
 # The NYC TLC green-taxi trip record, field by field, with its Spark type.
 TRIP_COLUMNS: dict[str, str] = {
     "VendorID": "int",
@@ -35,26 +37,6 @@ TRIP_COLUMNS: dict[str, str] = {
     "trip_type": "int",
     "congestion_surcharge": "double",
 }
-REQUIRED_COLUMNS = (
-    "lpep_pickup_datetime",
-    "lpep_dropoff_datetime",
-    "PULocationID",
-    "DOLocationID",
-    "fare_amount",
-    "total_amount",
-)
-NON_NEGATIVE_COLUMNS = (
-    "trip_distance",
-    "fare_amount",
-    "extra",
-    "mta_tax",
-    "tip_amount",
-    "tolls_amount",
-    "improvement_surcharge",
-    "total_amount",
-    "congestion_surcharge",
-)
-BOUNDED_AMOUNT_COLUMNS = ("fare_amount", "total_amount")
 CORRUPT_RECORD = "_corrupt_record"
 # Where each row came from: a file, or a Kafka message. There is no
 # processing-time column on purpose: Spark writes a micro-batch's
@@ -80,8 +62,8 @@ _KAFKA_ORIGIN = {
 _DECODED_KINDS = {
     name: kind for name, kind in TRIP_COLUMNS.items() if kind in ("int", "double")
 }
-# Observed per micro-batch; the hooks' progress lines show metrics of this name.
-QUARANTINED_METRIC = "quarantined"
+# Where the rules of check_trips are declared.
+EXPECTATIONS_FILE = "conf/base/parameters_expectations.yml"
 
 
 def parse_trips(raw_trips: DataFrame) -> DataFrame:
@@ -107,15 +89,7 @@ def parse_trips(raw_trips: DataFrame) -> DataFrame:
         else _field_columns(raw_trips)
     )
     record, text = F.col("_record"), F.col("_text_record")
-    decoded = F.col("_decode_problem").isNull()
     fields, problems = {}, [F.col("_decode_problem")]
-    problems += [
-        F.when(
-            decoded & record[name].isNull() & text[name].isNull(),
-            F.lit(f"missing {name}"),
-        )
-        for name in REQUIRED_COLUMNS
-    ]
     for name, kind in TRIP_COLUMNS.items():
         if name in _DECODED_KINDS:
             # Typed by the decoder; its text is there only if the record did not fit.
@@ -224,34 +198,39 @@ def _origin_columns(raw: DataFrame) -> list[Column]:
 
 
 def check_trips(
-    parsed_trips: DataFrame, taxi_zones: DataFrame, validation: dict[str, Any]
+    parsed_trips: DataFrame, taxi_zones: DataFrame, trip_expectations: dict[str, Any]
 ) -> DataFrame:
-    """Checks every parsed trip against the rules and names what each breaks.
+    """Checks every parsed trip against the expectations and names what it breaks.
 
-    A trip is rejected when it did not parse, when its dropoff is before its
-    pickup or more than ``max_trip_hours`` after it, when a money or distance
-    field is negative, when a fare or total exceeds ``max_amount``, or when a
-    location ID is not in the zone lookup. Rejected trips stay in the output,
+    A trip that did not parse is rejected with its parse problems. Every
+    other trip is checked against ``trip_expectations`` (declared in
+    ``conf/base/parameters_expectations.yml``), whose expressions can use the
+    TLC fields, ``raw_payload``, the ``SOURCE_COLUMNS``, and
+    ``pickup_zone_known`` and ``dropoff_zone_known``: whether the zone lookup
+    has the location ID (null without one). Rejected trips stay in the output
     with their reasons and raw payload (the quarantine), so that every record
     read is written exactly once, in one table, by one query.
 
     Args:
         parsed_trips: Output of ``parse_trips``.
         taxi_zones: Zone lookup with a ``LocationID`` column.
-        validation: ``max_trip_hours`` and ``max_amount``.
+        trip_expectations: ``{rule name: {expect: <Spark SQL>, action: warn |
+            quarantine | fail}}``.
 
     Returns:
-        The TLC fields, ``rejection_reason`` (null for a valid trip; else its
-        reasons, ``; ``-separated), ``raw_payload`` (for rejected trips only)
-        and the ``SOURCE_COLUMNS``. Each micro-batch also reports how many rows
-        it rejected, as the observed metric ``quarantined``.
+        The TLC fields, ``rejection_reason`` (null for a valid trip; else the
+        parse problems or the names of the quarantine rules it breaks,
+        ``; ``-separated), ``warnings`` (the ``warn`` rules it breaks),
+        ``raw_payload`` (for rejected trips only) and the ``SOURCE_COLUMNS``.
+        Each micro-batch reports the count of every rule (the observed metric
+        ``expectations``).
     """
     # The lookup is read again for every micro-batch; in one partition, it is
     # deduplicated without a shuffle stage.
     known_ids = F.broadcast(
         taxi_zones.select("LocationID").coalesce(1).dropDuplicates()
     )
-    checked = parsed_trips.join(
+    with_zones = parsed_trips.join(
         known_ids.select(
             F.col("LocationID").alias("PULocationID"), F.lit(True).alias("_pu_known")
         ),
@@ -264,51 +243,50 @@ def check_trips(
         "DOLocationID",
         "left",
     )
-
-    pickup, dropoff = F.col("lpep_pickup_datetime"), F.col("lpep_dropoff_datetime")
-    trip_seconds = dropoff.cast("long") - pickup.cast("long")
-    max_hours = validation["max_trip_hours"]
-    rules = [
-        F.when(dropoff < pickup, F.lit("dropoff before pickup")),
-        F.when(
-            trip_seconds > max_hours * 3600,
-            F.lit(f"trip longer than {max_hours} hours"),
-        ),
-        *[
-            F.when(F.col(name) < 0, F.lit(f"negative {name}"))
-            for name in NON_NEGATIVE_COLUMNS
-        ],
-        *[
-            F.when(
-                F.col(name) > validation["max_amount"],
-                F.lit(f"{name} above {validation['max_amount']}"),
-            )
-            for name in BOUNDED_AMOUNT_COLUMNS
-        ],
-        F.when(
-            F.col("PULocationID").isNotNull() & F.col("_pu_known").isNull(),
-            F.lit("unknown PULocationID"),
-        ),
-        F.when(
-            F.col("DOLocationID").isNotNull() & F.col("_do_known").isNull(),
-            F.lit("unknown DOLocationID"),
-        ),
-    ]
-    checked = checked.select(
+    with_zones = with_zones.select(
         *TRIP_COLUMNS,
-        F.concat_ws("; ", "problems", *rules).alias("rejection_reason"),
         "raw_payload",
+        "problems",
         *SOURCE_COLUMNS,
+        *[
+            F.when(F.col(id_column).isNotNull(), F.col(found).isNotNull()).alias(name)
+            for id_column, found, name in (
+                ("PULocationID", "_pu_known", "pickup_zone_known"),
+                ("DOLocationID", "_do_known", "dropoff_zone_known"),
+            )
+        ],
     )
-    rejected = F.col("rejection_reason") != ""
+    checked = check_expectations(
+        with_zones,
+        trip_expectations,
+        declared_in=f"trip_expectations, {EXPECTATIONS_FILE}",
+        origin=_origin(),
+        problems="problems",
+    )
+    rejected = F.col("rejection_reason").isNotNull()
     return checked.select(
         *TRIP_COLUMNS,
-        _unless_empty("rejection_reason"),
+        "rejection_reason",
+        "warnings",
         F.when(rejected, F.col("raw_payload")).alias("raw_payload"),
         *SOURCE_COLUMNS,
-    ).observe(
-        QUARANTINED_METRIC,
-        F.count(F.col("rejection_reason")).alias(QUARANTINED_METRIC),
+    )
+
+
+def _origin() -> Column:
+    """Where a record came from, and its start: for a failed expectation."""
+    kafka = F.concat(
+        F.lit("Kafka topic "),
+        F.col("kafka_topic"),
+        F.lit(" partition "),
+        F.col("kafka_partition"),
+        F.lit(" offset "),
+        F.col("kafka_offset"),
+    )
+    return F.concat(
+        F.coalesce(F.concat(F.lit("file "), "source_file"), kafka, F.lit("input")),
+        F.lit(", record "),
+        F.substring("raw_payload", 1, 200),
     )
 
 

@@ -9,7 +9,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             node(parse_trips, "raw_trips", "parsed_trips", name="parse_trips"),
             node(
                 check_trips,
-                ["parsed_trips", "taxi_zones", "params:validation"],
+                ["parsed_trips", "taxi_zones", "params:trip_expectations"],
                 "bronze_trips",
                 name="check_trips",
             ),

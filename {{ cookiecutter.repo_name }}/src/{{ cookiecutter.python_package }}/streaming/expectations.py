@@ -1,0 +1,243 @@
+"""Data-quality expectations: rules declared in configuration, checked on
+every record, counted per rule in every micro-batch.
+
+An expectation is a name, a Spark SQL boolean expression that a good record
+satisfies (``expect``), and what happens to a record that breaks it
+(``action``)::
+
+    trip_expectations:
+      fare_amount_range:
+        expect: fare_amount BETWEEN 0 AND 10000
+        action: quarantine
+
+- ``warn``: the record is kept as valid; the rule's name goes into its
+  ``warnings`` column.
+- ``quarantine``: the rule's name goes into its ``rejection_reason``.
+- ``fail``: the micro-batch fails with the rule's name, the record's origin
+  and the fix; the query stops before it commits the batch, so a rerun after
+  the fix processes the same batch again.
+
+A record breaks a rule when the expression is false. Null (unknown) does not
+break it, as in SQL ``CHECK`` constraints: a required field has a rule of its
+own (``fare_amount IS NOT NULL``). ``check_expectations`` works the same on
+batch and streaming DataFrames and observes the counts as the metric
+``expectations``, which the progress lines, the totals and the progress log
+show.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType
+
+from .errors import StreamingConfigError
+
+ACTIONS = ("warn", "quarantine", "fail")
+# The observed metric: one count per rule, and these totals.
+EXPECTATIONS_METRIC = "expectations"
+QUARANTINED = "quarantined"  # records with a rejection reason, whatever it is
+WARNED = "warned"  # records kept with at least one warning
+UNPARSED = "unparsed"  # records rejected before the rules (see `problems`)
+_RESERVED = (QUARANTINED, WARNED, UNPARSED)
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One rule: a record is good when ``expect`` is not false."""
+
+    name: str
+    expect: str
+    action: str
+
+
+def expectations_from_config(
+    config: Mapping[str, Any], declared_in: str
+) -> list[Expectation]:
+    """The rules of a ``{name: {expect: ..., action: ...}}`` mapping, checked.
+
+    Args:
+        config: The rules, e.g. the ``trip_expectations`` parameters.
+        declared_in: Where they are declared, for the error messages.
+
+    Raises:
+        StreamingConfigError: A rule is not a name with an ``expect`` text and
+            one of the ``ACTIONS``.
+    """
+    if not isinstance(config, Mapping) or not config:
+        raise StreamingConfigError(
+            f"{declared_in} declares no expectations: give a mapping of rule "
+            "names to {expect: <Spark SQL boolean expression>, action: warn | "
+            "quarantine | fail}."
+        )
+    expectations = []
+    for name, rule in config.items():
+        where = f"expectation '{name}' ({declared_in})"
+        if not isinstance(name, str) or not _NAME.match(name) or name in _RESERVED:
+            raise StreamingConfigError(
+                f"{where}: a rule's name is its metric's name; use lower-case "
+                f"letters, digits and _, and none of {', '.join(_RESERVED)}."
+            )
+        if not isinstance(rule, Mapping) or set(rule) - {"expect", "action"}:
+            raise StreamingConfigError(
+                f"{where}: give exactly `expect` and `action`, not "
+                f"{sorted(rule) if isinstance(rule, Mapping) else repr(rule)}."
+            )
+        expect, action = rule.get("expect"), rule.get("action")
+        if not isinstance(expect, str) or not expect.strip():
+            raise StreamingConfigError(
+                f"{where}: `expect` must be a Spark SQL boolean expression "
+                "that a good record satisfies, e.g. `fare_amount >= 0`."
+            )
+        if action not in ACTIONS:
+            raise StreamingConfigError(
+                f"{where}: action {action!r} is not one of {', '.join(ACTIONS)}."
+            )
+        expectations.append(Expectation(name, expect.strip(), action))
+    return expectations
+
+
+def check_expectations(  # noqa: PLR0913
+    records: DataFrame,
+    config: Mapping[str, Any],
+    *,
+    declared_in: str,
+    origin: Column,
+    problems: str | None = None,
+    reason_column: str = "rejection_reason",
+    warnings_column: str = "warnings",
+) -> DataFrame:
+    """Checks every record against the rules of ``config``.
+
+    Each rule's expression is evaluated once per record; the rules are
+    checked against ``records``' columns first, so that a rule that does not
+    parse, names a missing column or is not a boolean fails here, with its
+    name, before any query starts.
+
+    Args:
+        records: The records, batch or streaming.
+        config: The rules, ``{name: {expect: ..., action: ...}}``.
+        declared_in: Where the rules are declared, for messages.
+        origin: Where a record came from (a file, a Kafka offset), for the
+            message of a ``fail`` rule.
+        problems: A column of reasons found before the rules (a record that
+            did not parse). A record with one is quarantined with them and
+            not checked against the rules.
+        reason_column: The output column of quarantine reasons, ``; ``-joined
+            rule names (null for a good record).
+        warnings_column: The output column of the ``warn`` rules broken.
+
+    Returns:
+        ``records``' columns (less ``problems``), then ``reason_column`` and
+        ``warnings_column``. Each micro-batch observes the metric
+        ``expectations``: the records each rule caught, ``quarantined``,
+        ``warned`` and ``unparsed``.
+
+    Raises:
+        StreamingConfigError: A rule is malformed, does not parse, names a
+            missing column or is not a boolean expression.
+    """
+    expectations = expectations_from_config(config, declared_in)
+    for expectation in expectations:
+        _check_expression(records, expectation, declared_in)
+
+    unparsed = F.col(problems).isNotNull() if problems else F.lit(False)
+    flags = {e.name: f"_broken_{i}" for i, e in enumerate(expectations)}
+    # Computed once per record, then read by the reasons and the counts.
+    flagged = records.select(
+        "*",
+        *[
+            (~unparsed & ~F.coalesce(F.expr(e.expect), F.lit(True))).alias(
+                flags[e.name]
+            )
+            for e in expectations
+        ],
+    )
+
+    def broken(action: str) -> list[tuple[str, Column]]:
+        return [
+            (e.name, F.col(flags[e.name])) for e in expectations if e.action == action
+        ]
+
+    fix = (
+        f"Correct the record at its source, or change the rule or its action in "
+        f"{declared_in}; then run again: the query resumes at this micro-batch, "
+        "which was not committed."
+    )
+    failures = [
+        F.when(
+            flag,
+            F.raise_error(
+                F.concat(
+                    F.lit(f"Expectation '{name}' failed (action: fail) on "),
+                    origin,
+                    F.lit(f". {fix}"),
+                )
+            ),
+        )
+        for name, flag in broken("fail")
+    ]
+    kept = [c for c in records.columns if c != problems]
+    reasoned = flagged.select(
+        *kept,
+        F.concat_ws(
+            "; ",
+            *([F.col(problems)] if problems else []),
+            *[F.when(flag, F.lit(name)) for name, flag in broken("quarantine")],
+            # raise_error in an output column: a pruned column would never fail.
+            *failures,
+        ).alias(reason_column),
+        F.concat_ws(
+            "; ", *[F.when(flag, F.lit(name)) for name, flag in broken("warn")]
+        ).alias(warnings_column),
+        unparsed.alias("_unparsed"),
+        *flags.values(),
+    )
+    observed = reasoned.observe(
+        EXPECTATIONS_METRIC,
+        F.count_if(F.col(reason_column) != "").alias(QUARANTINED),
+        F.count_if(F.col(warnings_column) != "").alias(WARNED),
+        F.count_if("_unparsed").alias(UNPARSED),
+        *[F.count_if(F.col(flag)).alias(name) for name, flag in flags.items()],
+    )
+    return observed.select(
+        *kept,
+        *[
+            F.when(F.col(name) != "", F.col(name)).alias(name)
+            for name in (reason_column, warnings_column)
+        ],
+    )
+
+
+def rule_counts(metrics: Mapping[str, Any]) -> dict[str, int]:
+    """The per-rule counts of an observed ``expectations`` metric row."""
+    return {k: int(v) for k, v in metrics.items() if k not in _RESERVED}
+
+
+def _check_expression(
+    records: DataFrame, expectation: Expectation, declared_in: str
+) -> None:
+    """Analyses one rule against ``records``' columns (Spark Connect included)."""
+    where = f"expectation '{expectation.name}' ({declared_in})"
+    try:
+        kind = records.select(F.expr(expectation.expect).alias("rule")).schema[0]
+    except AnalysisException as error:  # ParseException is one too
+        message = str(error).strip().splitlines()[0]
+        raise StreamingConfigError(
+            f"{where}: `{expectation.expect}` cannot be checked: {message}. Fix "
+            "the expression; it can use the record's columns: "
+            f"{', '.join(records.columns)}."
+        ) from None
+    if not isinstance(kind.dataType, BooleanType):
+        raise StreamingConfigError(
+            f"{where}: `{expectation.expect}` is a {kind.dataType.simpleString()}, "
+            "not a boolean: write a condition that a good record satisfies, "
+            "e.g. `fare_amount >= 0`."
+        )
