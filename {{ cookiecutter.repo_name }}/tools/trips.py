@@ -158,9 +158,7 @@ def _trip(rng: random.Random, dropoff: datetime) -> dict[str, object]:
     }
 
 
-def _times(
-    rng: random.Random, dropoff: datetime, distance: float
-) -> dict[str, object]:
+def _times(rng: random.Random, dropoff: datetime, distance: float) -> dict[str, object]:
     """Pickup and dropoff of a trip of ``distance`` miles at 6 to 30 mph."""
     dropoff = dropoff.replace(microsecond=0)
     seconds = max(120, round(distance / rng.uniform(6, 30) * 3600))
@@ -230,6 +228,90 @@ def land(landing_dir: Path, files: int, interval: float) -> Iterator[Path]:
         yield write_trip_file(landing_dir, index)
         if index < start + files - 1:
             time.sleep(interval)
+
+
+def rule_breaking_trips() -> list[dict[str, object]]:
+    """Trips that each break rules of conf/base/parameters_expectations.yml.
+
+    Every shipped rule is broken by at least one of them, most by exactly one
+    trip that breaks nothing else; land or send them to see each rule at work.
+    Datetimes are placed around today, which the window rules are relative to.
+    """
+    now = datetime.now(timezone.utc).replace(microsecond=0, tzinfo=None)
+    pickup = now - timedelta(hours=3)
+    good = {
+        **_trip(random.Random(7), pickup + timedelta(minutes=20)),
+        "lpep_pickup_datetime": _format(pickup, "space"),
+        "lpep_dropoff_datetime": _format(pickup + timedelta(minutes=20), "space"),
+        "trip_distance": 3.0,
+        "passenger_count": 1,
+        "congestion_surcharge": 0.0,
+    }
+    good["total_amount"] = round(
+        sum(
+            good[name]
+            for name in (
+                "fare_amount",
+                "extra",
+                "mta_tax",
+                "tip_amount",
+                "tolls_amount",
+                "improvement_surcharge",
+            )
+        ),
+        2,
+    )
+    # The window of the shipped rules: today -10 years to tomorrow, at midnight.
+    today = now.date()
+    leap_day = (today.month, today.day) == (2, 29)
+    window_start = datetime(today.year - 10, today.month, 28 if leap_day else today.day)
+    window_end = datetime.combine(today + timedelta(days=1), datetime.min.time())
+
+    def times(start: datetime, minutes: float) -> dict[str, object]:
+        return {
+            "lpep_pickup_datetime": _format(start, "space"),
+            "lpep_dropoff_datetime": _format(
+                start + timedelta(minutes=minutes), "space"
+            ),
+        }
+
+    changes: list[dict[str, object]] = [
+        {"lpep_pickup_datetime": None},
+        {"lpep_dropoff_datetime": None},
+        {"PULocationID": None},
+        {"DOLocationID": None},
+        {"fare_amount": None},
+        {"total_amount": None},
+        {"VendorID": 3},
+        {"RatecodeID": 7},
+        {"payment_type": 9},
+        {"trip_type": 3},
+        {"store_and_fwd_flag": "X"},
+        {"PULocationID": UNKNOWN_LOCATION_ID},
+        {"DOLocationID": UNKNOWN_LOCATION_ID},
+        # Across the window's ends (10 years ago, tomorrow): one time out each.
+        times(window_start - timedelta(minutes=10), 20),
+        times(window_end - timedelta(minutes=10), 20),
+        times(pickup, -15),
+        times(pickup - timedelta(hours=30), 26 * 60),
+        {"passenger_count": 12},
+        {"passenger_count": 0},  # a warning: kept as valid
+        {"trip_distance": 350.0, **times(pickup - timedelta(hours=6), 300)},
+        {"trip_distance": 40.0},  # 40 miles in 20 minutes: 120 mph
+        {"fare_amount": -5.0},
+        {"fare_amount": 20000.0, "total_amount": 20000.0},
+        {"extra": 150.0, "total_amount": 500.0},
+        {"mta_tax": 12.0, "total_amount": 500.0},
+        {"tip_amount": 1500.0, "total_amount": 2000.0},
+        {"tolls_amount": 1200.0, "total_amount": 2000.0},
+        {"ehail_fee": 150.0, "total_amount": 500.0},
+        {"improvement_surcharge": 11.0, "total_amount": 500.0},
+        {"congestion_surcharge": 11.0, "total_amount": 500.0},
+        {"total_amount": 1.0},  # less than the fare
+        # A one-letter flag holding 5,000 characters: its code and the size.
+        {"store_and_fwd_flag": "N" * 5000},
+    ]
+    return [{**good, **change} for change in changes]
 
 
 def bundled_messages(files: int) -> Iterator[str]:

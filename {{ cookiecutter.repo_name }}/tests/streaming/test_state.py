@@ -8,8 +8,9 @@ from {{ cookiecutter.python_package }}.streaming.errors import StreamingConfigEr
 from {{ cookiecutter.python_package }}.streaming.state import STALE_SECONDS, StreamState
 
 
-def record(query: str, batch: int, rows: int = 10) -> dict:
+def record(query: str, batch: int, rows: int = 10, **expectations: int) -> dict:
     return {
+        "expectations": expectations,
         "query": query,
         "batch": batch,
         "time": f"2024-03-01T00:00:{batch:02d}Z",
@@ -23,7 +24,7 @@ def record(query: str, batch: int, rows: int = 10) -> dict:
 def test_progress_log_is_bounded_and_totals_outlive_its_rotation(tmp_path):
     state = StreamState(str(tmp_path), max_bytes=1000)
     for batch in range(40):
-        state.append(record("bronze", batch))
+        state.append(record("bronze", batch, unparsed=1, trip_speed=batch % 2))
     state.append(record("summary", 0, rows=3))
 
     sizes = [path.stat().st_size for path in state.progress_files]
@@ -38,9 +39,12 @@ def test_progress_log_is_bounded_and_totals_outlive_its_rotation(tmp_path):
         "rows_written": 400,
         "quarantined": 40,
         "dropped_by_watermark": 0,
+        "expectations": {"unparsed": 40, "trip_speed": 20},
         "last_batch": 39,
         "last_time": "2024-03-01T00:00:39Z",
     }
+
+    assert "expectations" not in state.totals()["summary"]
 
     state.forget({"bronze"})
     assert set(state.totals()) == {"summary"}

@@ -84,8 +84,8 @@ class StreamState:
         query["batches"] += 1
         for key in TOTAL_KEYS[1:]:
             query[key] += record.get(key, 0)
-        caught = query.setdefault("expectations", {})
         for rule, count in record.get("expectations", {}).items():
+            caught = query.setdefault("expectations", {})
             caught[rule] = caught.get(rule, 0) + count
         query["last_batch"], query["last_time"] = record["batch"], record["time"]
         self._write_json(self.path / TOTALS_FILE, totals)

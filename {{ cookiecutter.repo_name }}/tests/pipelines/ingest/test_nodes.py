@@ -4,18 +4,23 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
+from kedro.config import OmegaConfigLoader
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from {{ cookiecutter.python_package }}.pipelines.ingest.nodes import (
-    REQUIRED_COLUMNS,
     SOURCE_COLUMNS,
     TRIP_COLUMNS,
     check_trips,
     parse_trips,
 )
+from tools.trips import rule_breaking_trips
 
-VALIDATION = {"max_trip_hours": 24, "max_amount": 1000}
+PROJECT = Path(__file__).parents[3]
+# The rules as shipped, read as `kedro run` reads them.
+EXPECTATIONS = OmegaConfigLoader(str(PROJECT / "conf"), base_env="base")["parameters"][
+    "trip_expectations"
+]
 GOOD = {
     "VendorID": "2",
     "lpep_pickup_datetime": "2021-01-01 00:15:56",
@@ -76,9 +81,10 @@ def test_parse_names_every_problem_and_keeps_the_raw_record(spark):
         raw_frame(spark, wrong_types, missing, corrupt=['{"VendorID": 2, "lpep_']),
     ).collect()
 
+    # A missing field is no parse problem: the expectations say what is required.
     assert [row.problems for row in parsed] == [
         "invalid lpep_pickup_datetime; invalid passenger_count",
-        "missing fare_amount",
+        None,
         "not a valid record",
     ]
     assert '"passenger_count":"two"' in parsed[0].raw_payload
@@ -107,7 +113,6 @@ def test_each_message_gives_one_row_whatever_it_holds(spark):
     )
     rows = parse_trips(messages).orderBy("kafka_offset").collect()
 
-    missing = [f"missing {name}" for name in REQUIRED_COLUMNS if name != "fare_amount"]
     assert [(row.problems, row.raw_payload) for row in rows] == [
         (None, good.decode()),
         ("not a valid record", "not json at all"),
@@ -118,7 +123,7 @@ def test_each_message_gives_one_row_whatever_it_holds(spark):
         ("empty record", ""),
         ("empty record", None),
         ("not a valid record", "[]"),
-        ("; ".join([*missing, "invalid fare_amount"]), '{"fare_amount": "lots"}'),
+        ("invalid fare_amount", '{"fare_amount": "lots"}'),
         ("not a valid record", '{"VendorID": 2, "lpep_'),
     ]
     assert rows[0].fare_amount == 5.5 and rows[0].lpep_dropoff_datetime == datetime(
@@ -135,46 +140,87 @@ def test_each_message_gives_one_row_whatever_it_holds(spark):
     ]
 
 
-def test_check_applies_every_rule_and_loses_nothing(spark):
-    zones = spark.createDataFrame(
-        [(43, "Manhattan"), (151, "Manhattan")], "LocationID INT, Borough STRING"
+def zone_table(spark: SparkSession, *ids: int):
+    return spark.createDataFrame(
+        [(i, "Manhattan") for i in ids], "LocationID INT, Borough STRING"
     )
-    records = [
-        GOOD,
-        {**GOOD, "lpep_dropoff_datetime": "2021-01-01 00:10:00"},
-        {**GOOD, "lpep_dropoff_datetime": "2021-01-03 00:00:00"},
-        {**GOOD, "fare_amount": "-5.5", "total_amount": "-6.8"},
-        {**GOOD, "total_amount": "5000"},
-        {**GOOD, "PULocationID": "999"},
-        {**GOOD, "passenger_count": "two"},
-    ]
-    checked = check_trips(parse_trips(raw_frame(spark, *records)), zones, VALIDATION)
+
+
+def as_text(record: dict) -> dict:
+    return {k: None if v is None else str(v) for k, v in record.items()}
+
+
+def test_check_applies_every_shipped_rule_and_loses_nothing(spark):
+    """tools.trips' rule breakers, each with exactly the rules it breaks."""
+    breakers = rule_breaking_trips()
+    zones = zone_table(spark, *range(1, 266))
+    checked = check_trips(
+        parse_trips(raw_frame(spark, *[as_text(r) for r in breakers])),
+        zones,
+        EXPECTATIONS,
+    )
 
     assert checked.columns == [
         *TRIP_COLUMNS,
         "rejection_reason",
+        "warnings",
         "raw_payload",
         *SOURCE_COLUMNS,
     ]
     rows = checked.collect()
-    assert len(rows) == len(records)
+    got = [(row.rejection_reason, row.warnings) for row in rows]
+    assert got == [
+        ("pickup_time_present", None),
+        ("dropoff_time_present", None),
+        ("pickup_location_present", None),
+        ("dropoff_location_present", None),
+        ("fare_amount_present", None),
+        ("total_amount_present", None),
+        ("vendor_code", None),
+        ("ratecode", None),
+        ("payment_type_code", None),
+        ("trip_type_code", None),
+        ("store_and_fwd_flag_code", None),
+        ("pickup_location_known", None),
+        ("dropoff_location_known", None),
+        ("pickup_time_in_window", None),
+        ("dropoff_time_in_window", None),
+        ("dropoff_after_pickup", None),
+        ("trip_duration", None),
+        ("passenger_count_range", None),
+        (None, "passengers_recorded"),
+        ("trip_distance_range", None),
+        ("trip_speed", None),
+        ("fare_amount_range", None),
+        ("fare_amount_range; total_amount_range", None),
+        ("extra_range", None),
+        ("mta_tax_range", None),
+        ("tip_amount_range", None),
+        ("tolls_amount_range", None),
+        ("ehail_fee_range", None),
+        ("improvement_surcharge_range", None),
+        ("congestion_surcharge_range", None),
+        ("total_covers_fare", None),
+        ("store_and_fwd_flag_code; record_size", None),
+    ]
+    named = {n for reason, warning in got for n in f"{reason}; {warning}".split("; ")}
+    assert set(EXPECTATIONS) <= named, set(EXPECTATIONS) - named
     # Only rejected trips keep their payload: valid ones are the typed fields.
-    assert [
-        (row.rejection_reason is None, row.raw_payload is None) for row in rows
-    ].count((True, True)) == 1
-    assert all(row.raw_payload for row in rows if row.rejection_reason)
-    reasons = sorted(row.rejection_reason or "" for row in rows)
-    assert reasons == sorted(
-        [
-            "",
-            "dropoff before pickup",
-            "trip longer than 24 hours",
-            "negative fare_amount; negative total_amount",
-            "total_amount above 1000",
-            "unknown PULocationID",
-            "invalid passenger_count",
-        ]
-    )
+    assert all(bool(row.raw_payload) == bool(row.rejection_reason) for row in rows)
+
+
+def test_check_of_the_example_good_trip_and_parse_problems(spark):
+    zones = zone_table(spark, 43, 151)
+    records = [GOOD, {**GOOD, "passenger_count": "two"}, {**GOOD, "VendorID": None}]
+    rows = check_trips(
+        parse_trips(raw_frame(spark, *records)), zones, EXPECTATIONS
+    ).collect()
+    # Datetimes of 2021 are within the shipped window; a null code breaks no rule.
+    assert [(r.rejection_reason, r.warnings) for r in rows] == [
+        (None, None),
+        ("invalid passenger_count", None),  # not checked against the rules
+        (None, None),
+    ]
 
 
 def test_check_ignores_duplicate_zone_ids(spark):
@@ -182,7 +228,7 @@ def test_check_ignores_duplicate_zone_ids(spark):
         [(43, "Manhattan"), (151, "Manhattan"), (43, "Manhattan")],
         "LocationID INT, Borough STRING",
     )
-    checked = check_trips(parse_trips(raw_frame(spark, GOOD)), zones, VALIDATION)
+    checked = check_trips(parse_trips(raw_frame(spark, GOOD)), zones, EXPECTATIONS)
     assert [row.rejection_reason for row in checked.collect()] == [None]
 
 
@@ -208,7 +254,7 @@ def test_parse_accepts_typed_columns_as_in_tlc_parquet_files(spark):
 
     assert row.lpep_pickup_datetime == datetime(2021, 1, 1, 0, 15, 56)
     assert (row.passenger_count, row.PULocationID, row.fare_amount) == (1, 43, 5.5)
-    assert row.problems == "missing DOLocationID; missing total_amount"
+    assert row.problems is None
 
 
 # HotSpot does not JIT-compile a method of more bytecode than this.
@@ -231,7 +277,7 @@ def test_ingest_plan_decodes_each_record_once_in_compiled_code(spark, tmp_path):
     # A file, not a local DataFrame, which Spark would evaluate while planning.
     (tmp_path / "trips.json").write_text(json.dumps(GOOD) + "\n")
     lines = spark.read.text(str(tmp_path))
-    checked = check_trips(parse_trips(lines), zones, VALIDATION)
+    checked = check_trips(parse_trips(lines), zones, EXPECTATIONS)
 
     plan = checked._jdf.queryExecution().optimizedPlan().toString()
     assert plan.count("from_json(") == 2
@@ -279,7 +325,7 @@ def test_ingest_query_is_compiled_once_not_per_micro_batch(spark, tmp_path):
             .load(str(landing))
         )
         query = (
-            check_trips(parse_trips(lines), zones, VALIDATION)
+            check_trips(parse_trips(lines), zones, EXPECTATIONS)
             .writeStream.format("parquet")
             .option("path", str(tmp_path / name / "bronze"))
             .option("checkpointLocation", str(tmp_path / name / "checkpoint"))

@@ -16,7 +16,7 @@ def select_valid_trips(bronze_trips: DataFrame) -> DataFrame:
         ``rejection_reason``.
     """
     return bronze_trips.filter(F.col("rejection_reason").isNull()).drop(
-        "rejection_reason", "raw_payload"
+        "rejection_reason", "warnings", "raw_payload"
     )
 
 

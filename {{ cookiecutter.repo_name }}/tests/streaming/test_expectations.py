@@ -1,0 +1,139 @@
+import json
+import os
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+
+from {{ cookiecutter.python_package }}.streaming import StreamingConfigError, check_expectations
+from {{ cookiecutter.python_package }}.streaming.expectations import EXPECTATIONS_METRIC
+
+RULES = {
+    "n_present": {"expect": "n IS NOT NULL", "action": "quarantine"},
+    "n_small": {"expect": "n < 10", "action": "quarantine"},
+    "n_even": {"expect": "n % 2 = 0", "action": "warn"},
+}
+DECLARED_IN = "rules of the test"
+
+
+def check(frame, rules=RULES, **kwargs):
+    return check_expectations(
+        frame,
+        rules,
+        declared_in=DECLARED_IN,
+        origin=F.concat(F.lit("row "), F.col("id")),
+        **kwargs,
+    )
+
+
+def test_warn_and_quarantine_name_each_rule_and_null_breaks_none(spark):
+    frame = spark.createDataFrame(
+        [(1, 4, None), (2, 3, None), (3, 12, None), (4, 13, None), (5, None, None)]
+        + [(6, 99, "did not parse")],
+        "id INT, n INT, problems STRING",
+    )
+    rows = check(frame, problems="problems").orderBy("id").collect()
+
+    assert [(r.id, r.rejection_reason, r.warnings) for r in rows] == [
+        (1, None, None),
+        (2, None, "n_even"),
+        (3, "n_small", None),
+        (4, "n_small", "n_even"),
+        # Null breaks no rule but the one that requires the value.
+        (5, "n_present", None),
+        # Problems found earlier: quarantined with them, no rule checked.
+        (6, "did not parse", None),
+    ]
+    assert rows[0].asDict().keys() == {"id", "n", "rejection_reason", "warnings"}
+
+
+def test_fail_stops_with_the_rule_the_origin_and_the_fix(spark):
+    rules = {**RULES, "n_small": {"expect": "n < 10", "action": "fail"}}
+    frame = spark.createDataFrame([(1, 4), (7, 12)], "id INT, n INT")
+    with pytest.raises(PySparkException) as failure:
+        check(frame, rules).collect()
+    message = str(failure.value)
+    assert "Expectation 'n_small' failed (action: fail) on row 7" in message
+    assert f"change the rule or its action in {DECLARED_IN}" in message
+    # Below the limit, nothing fails.
+    assert check(frame.filter("n < 10"), rules).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("rule", "words"),
+    [
+        ({"expect": "n <", "action": "warn"}, ["`n <` cannot be checked", "PARSE"]),
+        (
+            {"expect": "m > 0", "action": "warn"},
+            ["`m > 0` cannot be checked", "columns: id, n"],
+        ),
+        ({"expect": "n + 1", "action": "warn"}, ["is a int, not a boolean"]),
+        ({"expect": "n > 0", "action": "drop"}, ["'drop' is not one of warn"]),
+        ({"expect": "n > 0"}, ["None is not one of warn"]),
+        ({"expect": "n > 0", "action": "warn", "on": 1}, ["exactly `expect`"]),
+        ({"expect": "", "action": "warn"}, ["`expect` must be"]),
+    ],
+)
+def test_a_bad_rule_fails_before_anything_runs_naming_it(spark, rule, words):
+    frame = spark.createDataFrame([(1, 4)], "id INT, n INT")
+    with pytest.raises(StreamingConfigError) as error:
+        check(frame, {**RULES, "bad_rule": rule})
+    message = str(error.value)
+    assert message.startswith(f"expectation 'bad_rule' ({DECLARED_IN}): "), message
+    for word in words:
+        assert word in message
+
+
+@pytest.mark.parametrize("name", ["Bad-Name", "quarantined", "unparsed", "warned"])
+def test_rule_names_are_metric_names(spark, name):
+    frame = spark.createDataFrame([(1, 4)], "id INT, n INT")
+    with pytest.raises(StreamingConfigError, match="a rule's name is its metric"):
+        check(frame, {name: {"expect": "n > 0", "action": "warn"}})
+
+
+def test_each_micro_batch_counts_every_rule(spark, tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    batches = [[4, 3, 12, None], [13, 1, 2]]
+    for number, values in enumerate(batches):
+        lines = [json.dumps({"id": i, "n": n}) for i, n in enumerate(values)]
+        path = landing / f"{number}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (1_000_000 + number, 1_000_000 + number))  # file order
+    stream = (
+        spark.readStream.schema("id INT, n INT")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(landing))
+    )
+    query = (
+        check(stream)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+    counts = [
+        report["observedMetrics"][EXPECTATIONS_METRIC].asDict()
+        for report in query.recentProgress
+        if report["numInputRows"]
+    ]
+    assert counts == [
+        {
+            "quarantined": 2,
+            "warned": 1,
+            "unparsed": 0,
+            "n_present": 1,
+            "n_small": 1,
+            "n_even": 1,
+        },
+        {
+            "quarantined": 1,
+            "warned": 2,
+            "unparsed": 0,
+            "n_present": 0,
+            "n_small": 1,
+            "n_even": 2,
+        },
+    ]
