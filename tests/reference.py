@@ -5,9 +5,11 @@ generated project), not from its code: records are parsed, validated, and
 summarised per dropoff window and pickup borough with Spark's watermark
 semantics replayed micro-batch by micro-batch.
 
-The rules are this module's own; only their settings (the validation limits,
-the window and the watermark delay) come from the generated project's
-``conf/base/parameters.yml``, through `example_settings`.
+The rules are this module's own: the expectations as shipped in
+``conf/base/parameters_expectations.yml`` are written again here in plain
+Python (`RULES`), and `example_settings` checks that the project declares
+the same rules with the same actions. Only the window and the watermark delay
+come from the generated project's ``conf/base/parameters.yml``.
 """
 
 from __future__ import annotations
@@ -46,26 +48,6 @@ KINDS = {
     "trip_type": "int",
     "congestion_surcharge": "double",
 }
-REQUIRED = (
-    "lpep_pickup_datetime",
-    "lpep_dropoff_datetime",
-    "PULocationID",
-    "DOLocationID",
-    "fare_amount",
-    "total_amount",
-)
-NON_NEGATIVE = (
-    "trip_distance",
-    "fare_amount",
-    "extra",
-    "mta_tax",
-    "tip_amount",
-    "tolls_amount",
-    "improvement_surcharge",
-    "total_amount",
-    "congestion_surcharge",
-)
-BOUNDED = ("fare_amount", "total_amount")
 SUMMARY_COLUMNS = [
     "trip_count",
     "avg_passengers",
@@ -93,22 +75,165 @@ DURATION_UNITS = {
 class ExampleSettings:
     """The example's settings, as the generated project configures them."""
 
-    max_trip_hours: float
-    max_amount: float
     window: timedelta
     watermark_delay: timedelta
 
 
 def example_settings(project: Path) -> ExampleSettings:
-    """The settings in ``project``'s ``conf/base/parameters.yml``."""
-    parameters = yaml.safe_load((project / "conf/base/parameters.yml").read_text())
-    validation, summary = parameters["validation"], parameters["summary"]
+    """The settings in ``project``'s ``conf/base/parameters.yml``, once its
+    expectations are known to be the ones `RULES` computes."""
+    conf = project / "conf/base"
+    declared = yaml.safe_load((conf / "parameters_expectations.yml").read_text())
+    actions = {name: rule["action"] for name, rule in RULES.items()}
+    assert {
+        name: rule["action"] for name, rule in declared["trip_expectations"].items()
+    } == actions, "the shipped expectations changed: update RULES in reference.py"
+    assert declared["event_time_window"] == {"past": "10 YEARS", "future": "1 DAY"}
+    summary = yaml.safe_load((conf / "parameters.yml").read_text())["summary"]
     return ExampleSettings(
-        max_trip_hours=validation["max_trip_hours"],
-        max_amount=validation["max_amount"],
         window=parse_duration(summary["window_duration"]),
         watermark_delay=parse_duration(summary["watermark_delay"]),
     )
+
+
+def _present(value) -> bool:
+    return value is not None
+
+
+def _between(value, low, high) -> bool | None:
+    return None if value is None else low <= value <= high
+
+
+def _within(value, allowed) -> bool | None:
+    return None if value is None else value in allowed
+
+
+def _seconds(trip: dict) -> float | None:
+    pickup, dropoff = trip["lpep_pickup_datetime"], trip["lpep_dropoff_datetime"]
+    return (
+        None
+        if pickup is None or dropoff is None
+        else (dropoff - pickup).total_seconds()
+    )
+
+
+def _in_window(moment: datetime | None) -> bool | None:
+    today = datetime.now(timezone.utc).date()
+    day = 28 if (today.month, today.day) == (2, 29) else today.day
+    start = datetime(today.year - 10, today.month, day)
+    return _between(
+        moment, start, datetime.combine(today, datetime.min.time()) + timedelta(days=1)
+    )
+
+
+def _speed_ok(trip: dict) -> bool | None:
+    seconds, distance = _seconds(trip), trip["trip_distance"]
+    if seconds is not None and seconds < 0:
+        return True
+    if seconds is None or distance is None:
+        return None
+    return distance * 3600 <= 100 * seconds
+
+
+def _amount(name: str, high: float):
+    return {"action": "quarantine", "ok": lambda t, z: _between(t[name], 0, high)}
+
+
+def _known(name: str):
+    return {
+        "action": "quarantine",
+        "ok": lambda t, z: None if t[name] is None else t[name] in z,
+    }
+
+
+def _required(name: str):
+    return {"action": "quarantine", "ok": lambda t, z: _present(t[name])}
+
+
+# The shipped expectations: a trip breaks one when `ok` is False (None, an
+# unknown, breaks none). `t` is the typed trip (with "_payload_bytes"), `z`
+# the zone IDs.
+RULES = {
+    "pickup_time_present": _required("lpep_pickup_datetime"),
+    "dropoff_time_present": _required("lpep_dropoff_datetime"),
+    "pickup_location_present": _required("PULocationID"),
+    "dropoff_location_present": _required("DOLocationID"),
+    "fare_amount_present": _required("fare_amount"),
+    "total_amount_present": _required("total_amount"),
+    "vendor_code": {
+        "action": "quarantine",
+        "ok": lambda t, z: _within(t["VendorID"], {1, 2, 6, 7}),
+    },
+    "ratecode": {
+        "action": "quarantine",
+        "ok": lambda t, z: _within(t["RatecodeID"], {1, 2, 3, 4, 5, 6, 99}),
+    },
+    "payment_type_code": {
+        "action": "quarantine",
+        "ok": lambda t, z: _within(t["payment_type"], set(range(7))),
+    },
+    "trip_type_code": {
+        "action": "quarantine",
+        "ok": lambda t, z: _within(t["trip_type"], {1, 2}),
+    },
+    "store_and_fwd_flag_code": {
+        "action": "quarantine",
+        "ok": lambda t, z: _within(t["store_and_fwd_flag"], {"Y", "N"}),
+    },
+    "pickup_location_known": _known("PULocationID"),
+    "dropoff_location_known": _known("DOLocationID"),
+    "pickup_time_in_window": {
+        "action": "quarantine",
+        "ok": lambda t, z: _in_window(t["lpep_pickup_datetime"]),
+    },
+    "dropoff_time_in_window": {
+        "action": "quarantine",
+        "ok": lambda t, z: _in_window(t["lpep_dropoff_datetime"]),
+    },
+    "dropoff_after_pickup": {
+        "action": "quarantine",
+        "ok": lambda t, z: None if _seconds(t) is None else _seconds(t) >= 0,
+    },
+    "trip_duration": {
+        "action": "quarantine",
+        "ok": lambda t, z: None if _seconds(t) is None else _seconds(t) <= 86400,
+    },
+    "passenger_count_range": {
+        "action": "quarantine",
+        "ok": lambda t, z: _between(t["passenger_count"], 0, 9),
+    },
+    "passengers_recorded": {
+        "action": "warn",
+        "ok": lambda t, z: (
+            None if t["passenger_count"] is None else t["passenger_count"] > 0
+        ),
+    },
+    "trip_distance_range": _amount("trip_distance", 300),
+    "trip_speed": {"action": "quarantine", "ok": lambda t, z: _speed_ok(t)},
+    "fare_amount_range": _amount("fare_amount", 10000),
+    "extra_range": _amount("extra", 100),
+    "mta_tax_range": _amount("mta_tax", 10),
+    "tip_amount_range": _amount("tip_amount", 1000),
+    "tolls_amount_range": _amount("tolls_amount", 1000),
+    "ehail_fee_range": _amount("ehail_fee", 100),
+    "improvement_surcharge_range": _amount("improvement_surcharge", 10),
+    "congestion_surcharge_range": _amount("congestion_surcharge", 10),
+    "total_amount_range": _amount("total_amount", 10000),
+    "total_covers_fare": {
+        "action": "quarantine",
+        "ok": lambda t, z: (
+            None
+            if t["total_amount"] is None or t["fare_amount"] is None
+            else t["total_amount"] >= t["fare_amount"]
+        ),
+    },
+    "record_size": {
+        "action": "quarantine",
+        "ok": lambda t, z: t["_payload_bytes"] <= 4096,
+    },
+}
+UNPARSED = "unparsed"
+PAYLOAD_BYTES = "_payload_bytes"
 
 
 def parse_duration(text: str) -> timedelta:
@@ -164,15 +289,22 @@ def decode(value: bytes | None) -> dict | str:
         record = json.loads(text, parse_float=str, parse_int=str)
     except json.JSONDecodeError:
         return "not a valid record"
-    return _as_text(record) if isinstance(record, dict) else "not a valid record"
+    if not isinstance(record, dict):
+        return "not a valid record"
+    return {**_as_text(record), PAYLOAD_BYTES: len(value)}
 
 
 def csv_batch(path: Path) -> list[dict]:
+    """A CSV file's rows; the payload is its fields as JSON, nulls left out."""
     with path.open(newline="") as handle:
-        return [
+        rows = [
             {k: (v if v != "" else None) for k, v in row.items()}
             for row in csv.DictReader(handle)
         ]
+    for row in rows:
+        fields = {k: v for k, v in row.items() if v is not None}
+        row[PAYLOAD_BYTES] = len(json.dumps(fields, separators=(",", ":")).encode())
+    return rows
 
 
 def zone_boroughs(path: Path) -> dict[int, str]:
@@ -232,41 +364,48 @@ def _number(text: str, integer: bool) -> float | int | None:
     return number
 
 
-def check(
-    record: dict | str, zone_ids: set[int], settings: ExampleSettings
-) -> tuple[dict | None, str | None]:
-    """The typed trip and ``None``, or ``None`` and the rejection reason."""
+@dataclass
+class Verdict:
+    """What the checks make of one record."""
+
+    trip: dict | None  # the typed trip, with its "warnings", when it is valid
+    reason: str | None  # its rejection reason, when it is not
+    caught: list[str]  # the rules it broke, or ["unparsed"]
+
+
+def evaluate(record: dict | str, zone_ids: set[int]) -> Verdict:
     if isinstance(record, str):
-        return None, record
+        return Verdict(None, record, [UNPARSED])
     trip = {name: _typed(record.get(name), kind) for name, kind in KINDS.items()}
-    reasons = [f"missing {n}" for n in REQUIRED if record.get(n) is None]
-    reasons += [
+    problems = [
         f"invalid {n}" for n in KINDS if record.get(n) is not None and trip[n] is None
     ]
-    pickup, dropoff = trip["lpep_pickup_datetime"], trip["lpep_dropoff_datetime"]
-    if pickup and dropoff and dropoff < pickup:
-        reasons.append("dropoff before pickup")
-    max_hours, max_amount = settings.max_trip_hours, settings.max_amount
-    if pickup and dropoff and (dropoff - pickup).total_seconds() > max_hours * 3600:
-        reasons.append(f"trip longer than {max_hours} hours")
-    reasons += [
-        f"negative {n}" for n in NON_NEGATIVE if trip[n] is not None and trip[n] < 0
+    if problems:
+        return Verdict(None, "; ".join(problems), [UNPARSED])
+    trip[PAYLOAD_BYTES] = record[PAYLOAD_BYTES]
+    caught = [
+        name for name, rule in RULES.items() if rule["ok"](trip, zone_ids) is False
     ]
-    reasons += [
-        f"{n} above {max_amount}"
-        for n in BOUNDED
-        if trip[n] is not None and trip[n] > max_amount
-    ]
-    for name in ("PULocationID", "DOLocationID"):
-        if trip[name] is not None and trip[name] not in zone_ids:
-            reasons.append(f"unknown {name}")
-    return (None, "; ".join(reasons)) if reasons else (trip, None)
+    del trip[PAYLOAD_BYTES]
+    reasons = [n for n in caught if RULES[n]["action"] == "quarantine"]
+    if reasons:
+        return Verdict(None, "; ".join(reasons), caught)
+    warnings = [n for n in caught if RULES[n]["action"] == "warn"]
+    return Verdict({**trip, "warnings": "; ".join(warnings) or None}, None, caught)
+
+
+def check(record: dict | str, zone_ids: set[int]) -> tuple[dict | None, str | None]:
+    """The typed trip and ``None``, or ``None`` and the rejection reason."""
+    verdict = evaluate(record, zone_ids)
+    return verdict.trip, verdict.reason
 
 
 @dataclass
 class Expected:
     bronze: list[dict] = field(default_factory=list)
     rejections: Counter = field(default_factory=Counter)
+    # Per micro-batch: the records each expectation caught, and "unparsed".
+    batch_counts: list[Counter] = field(default_factory=list)
     late_trips: int = 0
     tombstones: int = 0
     summary: pd.DataFrame | None = None
@@ -289,14 +428,16 @@ def expected_outputs(
     state: dict[tuple, list[dict]] = defaultdict(list)
     eviction_wm = late_wm = None
     for batch in batches:
-        valid = []
+        valid, counts = [], Counter()
         out.tombstones += sum(1 for record in batch if record is TOMBSTONE)
         for record in batch:
-            trip, reason = check(record, set(boroughs), settings)
-            if reason:
-                out.rejections[reason] += 1
+            verdict = evaluate(record, set(boroughs))
+            counts.update(verdict.caught)
+            if verdict.reason:
+                out.rejections[verdict.reason] += 1
             else:
-                valid.append(trip)
+                valid.append(verdict.trip)
+        out.batch_counts.append(counts)
         out.bronze += valid
         for trip in valid:
             start = _window_start(trip["lpep_dropoff_datetime"], window)

@@ -11,10 +11,12 @@ import contextlib
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -55,7 +57,7 @@ def quiet_env(**extra: str) -> dict[str, str]:
         **os.environ,
         "KEDRO_DISABLE_TELEMETRY": "true",
         "DO_NOT_TRACK": "1",
-        "COLUMNS": "250",
+        "COLUMNS": "600",
     }
     env.pop("PYTHONPATH", None)
     return {**env, **extra}
@@ -165,6 +167,13 @@ def read_parquet(tables: Path, relative: str) -> pd.DataFrame:
     )
 
 
+def batch_ids(folder: Path) -> set[int]:
+    """The batch ids a checkpoint's offsets or commits folder holds."""
+    if not folder.is_dir():
+        return set()
+    return {int(path.name) for path in folder.iterdir() if path.name.isdigit()}
+
+
 def committed_files(folder: Path) -> list[Path]:
     log = folder / "_spark_metadata"
     batches = sorted(
@@ -223,6 +232,52 @@ def assert_matches_reference(
             assert math.isclose(got_value, want_value, rel_tol=1e-9, abs_tol=1e-9) or (
                 math.isnan(got_value) and math.isnan(want_value)
             ), (column, got_value, want_value)
+
+
+def logged_expectations(log: str, query: str = "bronze_trips") -> dict:
+    """The records each expectation caught, as a run's console reports them:
+    ``batches`` (one ``{rule: count}`` per progress line) and ``ended`` (the
+    end-of-run totals line). Rules that caught nothing are not shown."""
+
+    def counts(text: str | None) -> dict[str, int]:
+        pairs = re.findall(r"(\w+) (\d+)", text or "")
+        return {rule: int(count) for rule, count in pairs}
+
+    batches = re.findall(
+        rf"Query {query} batch \d+: .*? dropped by watermark(?:, expectations: ([\w ,]+))?",
+        log,
+    )
+    ended = re.search(
+        rf"Query {query} ended: .*? dropped by watermark(?:, expectations: ([\w ,]+))?\.",
+        log,
+    )
+    return {
+        "batches": [counts(text) for text in batches],
+        "ended": counts(ended[1]) if ended else None,
+    }
+
+
+def assert_expectation_counts(log: str, project: Path, expected) -> None:
+    """Per rule, per micro-batch: the console's progress lines, its end-of-run
+    totals and the persisted progress log give the reference's counts.
+
+    ``log`` is the console of one run that read every batch ``expected``
+    replays, in a project whose progress log holds that run only.
+    """
+    want = [
+        {rule: count for rule, count in batch.items() if count}
+        for batch in expected.batch_counts
+    ]
+    logged = logged_expectations(log)
+    assert logged["batches"] == want
+    assert logged["ended"] == dict(sum(expected.batch_counts, Counter()))
+    records = [
+        json.loads(line)
+        for line in (project / "data/streams/progress.jsonl").read_text().splitlines()
+    ]
+    assert [r["expectations"] for r in records if r["query"] == "bronze_trips"] == want
+    totals = json.loads((project / "data/streams/totals.json").read_text())
+    assert totals["bronze_trips"]["expectations"] == logged["ended"]
 
 
 def split_bronze(bronze: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import yaml
 from reference import (
+    RULES,
     csv_batch,
     example_settings,
     expected_outputs,
@@ -24,6 +28,7 @@ from support import (
     PACKAGE,
     SHARED_DATA,
     STARTER_ROOT,
+    assert_expectation_counts,
     assert_matches_reference,
     example_reference,
     kedro_run,
@@ -141,6 +146,7 @@ def test_plain_run_on_a_fresh_project_matches_reference(fresh_project, project_b
     assert "resolving dependencies" not in log and "artifacts copied" not in log
     expected = example_reference(fresh_project, one_batch=True)
     assert_matches_reference(fresh_project, expected)
+    assert_expectation_counts(log, fresh_project, expected)
 
     # The progress log's totals are the same figures.
     totals = {
@@ -179,14 +185,24 @@ def test_plain_run_on_a_fresh_project_matches_reference(fresh_project, project_b
     assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ", log, re.MULTILINE)
 
 
-def test_real_tlc_rows_and_zone_lookup(fresh_project, project_bin):
+def test_real_tlc_rows_and_zone_lookup(fresh_project, project_bin, project_tool):
     """First rows of green-taxi January 2021 (negative fares, empty ehail_fee,
-    trips from December) with the real zone lookup, through an environment."""
+    trips from December) with the real zone lookup, through an environment;
+    then, as CSV rows too, trips that break each expectation."""
     trips_csv = SHARED_DATA / "green_tripdata_2021-01_head.csv"
     zones_csv = SHARED_DATA / "taxi_zone_lookup.csv"
     landing = fresh_project / "data/01_raw/tlc_csv"
     landing.mkdir(parents=True)
     shutil.copy(trips_csv, landing)
+    rule_breakers = project_tool("trips").rule_breaking_trips()
+    breakers_csv = landing / "rule_breakers.csv"
+    with breakers_csv.open("w", newline="") as handle:
+        columns = next(csv.reader(trips_csv.open()))
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rule_breakers)
+    for offset, path in enumerate([landing / trips_csv.name, breakers_csv]):
+        os.utime(path, (time.time() + offset, time.time() + offset))  # file order
     tlc_env = fresh_project / "conf/tlc"
     tlc_env.mkdir()
     (tlc_env / "catalog.yml").write_text(
@@ -210,18 +226,32 @@ taxi_zones:
     schema: "LocationID INT, Borough STRING, Zone STRING, service_zone STRING"
 """
     )
-    kedro_run(project_bin, fresh_project, "--env", "tlc")
+    result = kedro_run(project_bin, fresh_project, "--env", "tlc")
 
     expected = expected_outputs(
-        [csv_batch(trips_csv)],
+        [csv_batch(trips_csv), csv_batch(breakers_csv)],
         zone_boroughs(zones_csv),
         example_settings(fresh_project),
     )
-    # What real data brings, and where it goes.
-    assert any("negative fare_amount" in reason for reason in expected.rejections)
+    # What real data brings, and where it goes: the rows each rule rejects.
+    real = expected.batch_counts[0]
+    assert real == {
+        "fare_amount_range": 5,  # refunds: negative fare, taxes, total
+        "mta_tax_range": 5,
+        "improvement_surcharge_range": 5,
+        "total_amount_range": 5,
+        "total_covers_fare": 5,
+        "trip_speed": 2,  # 0.13 and 0.15 miles in 3 seconds
+        "passengers_recorded": 7,  # a warning: kept
+    }
+    # 7 real rows rejected; every rule breaker but the warned one.
+    assert sum(expected.rejections.values()) == 7 + len(rule_breakers) - 1
     assert any(t["lpep_pickup_datetime"].month == 12 for t in expected.bronze)
     assert all(t["ehail_fee"] is None for t in expected.bronze)
+    # Each rule caught something on the CSV path.
+    assert set(sum(expected.batch_counts, Counter())) >= set(RULES)
     assert_matches_reference(fresh_project, expected)
+    assert_expectation_counts(result.stdout + result.stderr, fresh_project, expected)
 
 
 def test_kedro_new_from_git_url_interactively(tmp_path):

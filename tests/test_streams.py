@@ -10,14 +10,24 @@ after a kill -9 mid-batch in `test_guarantees.py`, and Kafka lag in
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
+from collections import Counter
 from pathlib import Path
 
+from reference import RULES
 from support import (
+    BOUNDED,
+    assert_expectation_counts,
     assert_matches_reference,
+    batch_ids,
     committed_files,
     example_reference,
     kedro_run,
+    read_parquet,
+    run,
+    split_bronze,
     streams,
 )
 
@@ -34,10 +44,37 @@ def checkpoints(project: Path) -> list[str]:
     ]
 
 
-def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bin):
+def land_last(project: Path, trips: list[dict], name: str = "trips-0100.json") -> None:
+    """Lands ``trips`` as a file read after the example's files."""
+    path = project / "data/01_raw/trips_landing" / name
+    path.write_text("".join(json.dumps(trip) + "\n" for trip in trips))
+    os.utime(path, (time.time() + 5, time.time() + 5))
+
+
+def assert_status_counts(line: str, batches: int, lines: int, expected) -> None:
+    """bronze_trips' status line: batches, rows, and each rule's count."""
+    found = re.search(
+        rf"batch {batches - 1} committed \S+ \S+ UTC · {lines} rows written in "
+        rf"{batches} batches, (\d+) quarantined, expectations: ([\w ,]+) · "
+        "not running$",
+        line,
+    )
+    assert found, line
+    assert int(found[1]) == sum(expected.rejections.values())
+    caught = dict(re.findall(r"(\w+) (\d+)", found[2]))
+    assert caught == {
+        rule: str(count)
+        for rule, count in sum(expected.batch_counts, Counter()).items()
+    }
+
+
+def test_status_validate_and_reset_around_bounded_runs(
+    fresh_project, project_bin, project_tool
+):
+    data = fresh_project / "data"
+    land_last(fresh_project, project_tool("trips").rule_breaking_trips())
     expected = example_reference(fresh_project)
     lines = len(expected.bronze) + sum(expected.rejections.values())
-    data = fresh_project / "data"
 
     # Nothing has run: nothing committed, nothing running; the dry run builds
     # both queries, writes nothing and makes no checkpoint.
@@ -52,18 +89,16 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     assert not (data / "02_intermediate/bronze_trips").exists()
 
     # One pipeline at a time, as a scheduler would run them.
-    kedro_run(project_bin, fresh_project, "--pipelines", "ingest")
+    ingest = kedro_run(project_bin, fresh_project, "--pipelines", "ingest")
+    assert_expectation_counts(ingest.stdout + ingest.stderr, fresh_project, expected)
+    assert set(expected.batch_counts[-1]) == set(RULES)
     assert not (data / "08_reporting/hourly_borough_summary/_spark_metadata").exists()
     kedro_run(project_bin, fresh_project, "--pipelines", "aggregate")
     assert_matches_reference(fresh_project, expected)
 
     batches = len(list((data / "01_raw/trips_landing").glob("*.json")))
     status = status_lines(project_bin, fresh_project)
-    assert re.search(
-        rf"batch {batches - 1} committed \S+ \S+ UTC · {lines} rows written in "
-        rf"{batches} batches · not running$",
-        status["bronze_trips"],
-    ), status
+    assert_status_counts(status["bronze_trips"], batches, lines, expected)
     assert f"{len(expected.summary)} rows written" in status["hourly_borough_summary"]
     assert "uncommitted" not in " ".join(status.values())
 
@@ -163,3 +198,72 @@ def test_validate_names_each_broken_query_and_writes_nothing(
     assert "aggregations without watermark" in output
     assert checkpoints(fresh_project) == []
     assert not (fresh_project / "data/streams").exists()
+
+
+def test_fail_expectation_stops_at_its_batch_and_the_fixed_rerun_resumes(
+    fresh_project, project_bin
+):
+    """A `fail` rule stops the query at the micro-batch with the record that
+    breaks it, naming the rule, the record's origin and the fix; nothing of
+    that batch is committed, and a rerun with the rule fixed resumes there."""
+    data = fresh_project / "data"
+    checkpoint = data / "checkpoints/bronze_trips"
+    example_line = (data / "01_raw/trips_landing/trips-0000.json").read_text()
+    land_last(
+        fresh_project, [{**json.loads(example_line.splitlines()[0]), "VendorID": 3}]
+    )
+    kedro = [project_bin / "kedro", "run", "--pipelines", "ingest", "--params"]
+
+    # A rule that cannot be checked stops the run before any query starts.
+    unchecked = run(
+        [
+            *kedro,
+            "trigger=available_now,trip_expectations.vendor_code.expect=VendorId_ > 0",
+        ],
+        cwd=fresh_project,
+        check=False,
+    )
+    output = " ".join(unchecked.output.split())
+    assert unchecked.returncode != 0
+    assert (
+        "expectation 'vendor_code' (trip_expectations, "
+        "conf/base/parameters_expectations.yml): `VendorId_ > 0` cannot be checked: "
+        "[UNRESOLVED_COLUMN.WITH_SUGGESTION]" in output
+    ), output[-3000:]
+    assert "Started streaming query" not in output
+    assert not checkpoint.exists()
+
+    # The same rule with action `fail`: the example's 8 files commit, the 9th fails.
+    failing = run(
+        [*kedro, f"{BOUNDED[1]},trip_expectations.vendor_code.action=fail"],
+        cwd=fresh_project,
+        check=False,
+    )
+    output = " ".join(failing.output.split())
+    assert failing.returncode != 0
+    assert (
+        "Streaming query 'bronze_trips' failed: [USER_RAISED_EXCEPTION] Expectation "
+        "'vendor_code' failed (action: fail) on file file://" in output
+    ), output[-3000:]
+    assert '/trips_landing/trips-0100.json, record {"VendorID": 3, ' in output
+    assert (
+        "Correct the record at its source, or change the rule or its action in "
+        "trip_expectations, conf/base/parameters_expectations.yml; then run again: "
+        "the query resumes at this micro-batch, which was not committed." in output
+    )
+    assert batch_ids(checkpoint / "commits") == set(range(8))
+    assert batch_ids(checkpoint / "offsets") == set(range(9))
+
+    # Fixed (the rule as shipped quarantines): the rerun resumes at batch 8.
+    resumed = kedro_run(project_bin, fresh_project, "--pipelines", "ingest")
+    assert "Query bronze_trips batch 8: 1 rows in" in " ".join(resumed.output.split())
+    assert batch_ids(checkpoint / "commits") == set(range(9))
+    expected = example_reference(fresh_project)
+    valid, quarantined = split_bronze(
+        read_parquet(data, "02_intermediate/bronze_trips")
+    )
+    assert len(valid) == len(expected.bronze)
+    assert quarantined.rejection_reason.value_counts().to_dict() == dict(
+        expected.rejections
+    )
+    assert expected.rejections["vendor_code"] == 1

@@ -15,6 +15,9 @@ CONFIG_LOADER_ARGS = {
     "custom_resolvers": {"oc.env": oc.env},
     "base_env": "base",
     "default_run_env": "local",
+    # An environment's parameters_expectations.yml can change one rule (or one
+    # rule's action) without repeating the others.
+    "merge_strategy": {"parameters": "soft"},
     "config_patterns": {
         "spark": ["spark*", "spark*/**"],
         "streaming": ["streaming*", "streaming*/**"],

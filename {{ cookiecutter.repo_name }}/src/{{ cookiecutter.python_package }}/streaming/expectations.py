@@ -27,8 +27,10 @@ show.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,7 +229,8 @@ def _check_expression(
     """Analyses one rule against ``records``' columns (Spark Connect included)."""
     where = f"expectation '{expectation.name}' ({declared_in})"
     try:
-        kind = records.select(F.expr(expectation.expect).alias("rule")).schema[0]
+        with _pyspark_error_logs_off():
+            kind = records.select(F.expr(expectation.expect).alias("rule")).schema[0]
     except AnalysisException as error:  # ParseException is one too
         message = str(error).strip().splitlines()[0]
         raise StreamingConfigError(
@@ -241,3 +244,21 @@ def _check_expression(
             "not a boolean: write a condition that a good record satisfies, "
             "e.g. `fare_amount >= 0`."
         )
+
+
+@contextlib.contextmanager
+def _pyspark_error_logs_off() -> Iterator[None]:
+    """PySpark logs an analysis error with its Java stack as it raises it;
+    the error raised instead says all there is to say."""
+    loggers = [
+        logging.getLogger(name)
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+    ]
+    before = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        yield
+    finally:
+        for logger, disabled in zip(loggers, before, strict=True):
+            logger.disabled = disabled
