@@ -125,6 +125,9 @@ def run_trips(args: argparse.Namespace) -> int:
         trips.init(landing_dir, zones, files=args.files)
         sys.stdout.write(f"Wrote {zones} and {args.files} files to {landing_dir}\n")
         return 0
+    if args.command == "land" and args.rule_breakers:
+        sys.stdout.write(f"{trips.write_rule_breakers(landing_dir)}\n")
+        return 0
     if args.command == "land":
         for path in trips.land(landing_dir, args.files, args.interval):
             sys.stdout.write(f"{path}\n")
@@ -141,11 +144,12 @@ def run_trips(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{seen} messages on {topic}\n")
         return 0
     topic, started = args.topic or settings["trips_topic"], time.monotonic()
-    messages = (
-        trips.file_messages(args.source)
-        if args.source
-        else trips.bundled_messages(args.files)
-    )
+    if args.rule_breakers:
+        messages = (json.dumps(trip) for trip in trips.rule_breaking_trips())
+    elif args.source:
+        messages = trips.file_messages(args.source)
+    else:
+        messages = trips.bundled_messages(args.files)
     sent = trips.send(
         messages,
         servers,
@@ -331,6 +335,12 @@ def parser() -> argparse.ArgumentParser:
         "--source", type=Path, help="a TLC .csv or .parquet file (default: the example)"
     )
     send.add_argument("--files", type=int, default=8, help="example files to send")
+    for command in (land, send):
+        command.add_argument(
+            "--rule-breakers",
+            action="store_true",
+            help="trips that break each shipped expectation, instead",
+        )
     send.add_argument("--rate", type=float, default=0.0, help="messages per second")
     send.add_argument("--count", type=int, help="send at most this many messages")
     send.add_argument(

@@ -7,6 +7,7 @@ arguments always give the same trips.
 
     python -m tools trips init     # zone lookup + 8 trip files
     python -m tools trips land     # more files, one every 10 s
+    python -m tools trips land --rule-breakers   # trips breaking each expectation
     python -m tools trips send     # the trips as Kafka messages
     python -m tools trips watch    # the summary topic, from the start
 
@@ -196,10 +197,22 @@ def write_trip_file(landing_dir: Path, file_index: int, seed: int = 2024) -> Pat
     Spark's file source picks up any file it sees, so the file is written
     under a hidden name (ignored by Spark) and renamed when complete.
     """
-    landing_dir.mkdir(parents=True, exist_ok=True)
     path = landing_dir / f"trips-{file_index:04d}.json"
-    partial = landing_dir / f".{path.name}.tmp"
-    partial.write_text("\n".join(trip_records(file_index, seed=seed)) + "\n")
+    return _write_lines(path, trip_records(file_index, seed=seed))
+
+
+def write_rule_breakers(landing_dir: Path) -> Path:
+    """Lands ``rule_breaking_trips`` as one file, after every file there."""
+    return _write_lines(
+        landing_dir / f"rule-breakers-{int(time.time())}.json",
+        [json.dumps(trip) for trip in rule_breaking_trips()],
+    )
+
+
+def _write_lines(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.tmp")
+    partial.write_text("\n".join(lines) + "\n")
     partial.replace(path)
     return path
 
