@@ -212,19 +212,21 @@ def test_fail_expectation_stops_at_its_batch_and_the_fixed_rerun_resumes(
     land_last(
         fresh_project, [{**json.loads(example_line.splitlines()[0]), "VendorID": 3}]
     )
-    kedro = [project_bin / "kedro", "run", "--pipelines", "ingest", "--params"]
+
+    def failing_ingest(params: str) -> str:
+        """`kedro run --pipelines ingest`, which must fail: its output, unwrapped."""
+        result = run(
+            [project_bin / "kedro", "run", "--pipelines", "ingest", "--params", params],
+            cwd=fresh_project,
+            check=False,
+        )
+        assert result.returncode != 0
+        return " ".join(result.output.split())
 
     # A rule that cannot be checked stops the run before any query starts.
-    unchecked = run(
-        [
-            *kedro,
-            "trigger=available_now,trip_expectations.vendor_code.expect=VendorId_ > 0",
-        ],
-        cwd=fresh_project,
-        check=False,
+    output = failing_ingest(
+        "trigger=available_now,trip_expectations.vendor_code.expect=VendorId_ > 0"
     )
-    output = " ".join(unchecked.output.split())
-    assert unchecked.returncode != 0
     assert (
         "expectation 'vendor_code' (trip_expectations, "
         "conf/base/parameters_expectations.yml): `VendorId_ > 0` cannot be checked: "
@@ -234,13 +236,7 @@ def test_fail_expectation_stops_at_its_batch_and_the_fixed_rerun_resumes(
     assert not checkpoint.exists()
 
     # The same rule with action `fail`: the example's 8 files commit, the 9th fails.
-    failing = run(
-        [*kedro, f"{BOUNDED[1]},trip_expectations.vendor_code.action=fail"],
-        cwd=fresh_project,
-        check=False,
-    )
-    output = " ".join(failing.output.split())
-    assert failing.returncode != 0
+    output = failing_ingest(f"{BOUNDED[1]},trip_expectations.vendor_code.action=fail")
     assert (
         "Streaming query 'bronze_trips' failed: [USER_RAISED_EXCEPTION] Expectation "
         "'vendor_code' failed (action: fail) on file file://" in output
