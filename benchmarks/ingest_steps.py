@@ -67,6 +67,7 @@ def run_step(project: Path, step: str, out: Path) -> str:
     import shutil
 
     import yaml
+    from kedro.config import OmegaConfigLoader
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -93,8 +94,9 @@ def run_step(project: Path, step: str, out: Path) -> str:
         zones = spark.read.csv(
             str(raw / "taxi_zone_lookup.csv"), header=True, schema=ZONE_SCHEMA
         )
-        validation = {"max_trip_hours": 24, "max_amount": 10000}
-        trips = nodes.check_trips(nodes.parse_trips(lines), zones, validation)
+        rules = OmegaConfigLoader(str(project / "conf"), base_env="base")
+        expectations = rules["parameters"]["trip_expectations"]
+        trips = nodes.check_trips(nodes.parse_trips(lines), zones, expectations)
 
     shutil.rmtree(out, ignore_errors=True)
     query = run_bounded(trips, out, "table")

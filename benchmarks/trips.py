@@ -2,7 +2,7 @@
 
 Each file holds the next slice of event time (dropoffs in order, give or take a
 few minutes, as a real feed delivers them), so the watermark moves file by
-file. About 0.3 % of the trips break a validation rule (negative fares and
+file. About 0.3 % of the trips break expectations (negative fares and
 totals, as TLC's refunds do), so the quarantine path does real work too.
 
     python benchmarks/trips.py OUT_DIR --rows 1000000 --files 20
@@ -36,9 +36,11 @@ def trips(rows: int, seed: int = 9) -> pd.DataFrame:
     dropoff = EVENT_TIME_START + pd.to_timedelta(
         np.clip(offsets, 0, None).round(), unit="s"
     )
-    pickup = dropoff - pd.to_timedelta(rng.integers(120, 3_600, rows), unit="s")
-
     distance = rng.gamma(1.6, 1.8, rows).round(2)
+    # At 6 to 30 mph, as the expectations' speed rule allows.
+    seconds = np.maximum(120, (distance / rng.uniform(6, 30, rows) * 3600).round())
+    pickup = dropoff - pd.to_timedelta(seconds, unit="s")
+
     fare = (2.5 + 2.5 * distance + rng.uniform(0, 4, rows)).round(2)
     extra = rng.choice([0.0, 0.5, 1.0], rows)
     tip = (fare * rng.choice([0.0, 0.0, 0.15, 0.2], rows)).round(2)
