@@ -52,12 +52,13 @@ CHUNK = 60  # maxOffsetsPerTrigger: the reference replays batches of this many m
 
 
 def quiet_env(**extra: str) -> dict[str, str]:
-    # A wide console, so that Kedro's rich log lines are not wrapped.
+    # A wide console, so that Kedro's rich log lines (a progress line names
+    # every expectation that caught a record) are not wrapped.
     env = {
         **os.environ,
         "KEDRO_DISABLE_TELEMETRY": "true",
         "DO_NOT_TRACK": "1",
-        "COLUMNS": "600",
+        "COLUMNS": "4000",
     }
     env.pop("PYTHONPATH", None)
     return {**env, **extra}
