@@ -28,13 +28,13 @@ show.
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.errors import AnalysisException
+from pyspark.logger import PySparkLogger
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
@@ -250,8 +250,9 @@ def _check_expression(
 def _pyspark_error_logs_off() -> Iterator[None]:
     """PySpark logs an analysis error with its Java stack as it raises it;
     the error raised instead says all there is to say."""
+    # PySpark's own logger class: a plain one would not take its extra fields.
     loggers = [
-        logging.getLogger(name)
+        PySparkLogger.getLogger(name)
         for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
     ]
     before = [logger.disabled for logger in loggers]
