@@ -6,6 +6,7 @@ What the tests share besides fixtures is in `support.py`.
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import sys
 import time
@@ -55,7 +56,12 @@ def generated_project(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def project_bin(generated_project, tmp_path_factory) -> Path:
-    """The bin/ folder of a fresh virtualenv with the project and its dev extra."""
+    """The bin/ folder of a fresh virtualenv with the project and its dev extra.
+
+    STARTER_PROJECT_VENV names one made earlier instead, to iterate quickly.
+    """
+    if os.environ.get("STARTER_PROJECT_VENV"):
+        return Path(os.environ["STARTER_PROJECT_VENV"]) / "bin"
     env_dir = tmp_path_factory.mktemp("venv")
     venv.create(env_dir, with_pip=True)
     bin_dir = env_dir / "bin"

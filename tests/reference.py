@@ -408,7 +408,9 @@ class Expected:
     batch_counts: list[Counter] = field(default_factory=list)
     late_trips: int = 0
     tombstones: int = 0
+    # Closed windows (the append-mode summary), and every window (the live one).
     summary: pd.DataFrame | None = None
+    live: pd.DataFrame | None = None
 
 
 def expected_outputs(
@@ -454,8 +456,6 @@ def expected_outputs(
 
     rows = []
     for (start, borough), trips in state.items():
-        if eviction_wm is None or start + window > eviction_wm:
-            continue
         passengers = [
             t["passenger_count"] for t in trips if t["passenger_count"] is not None
         ]
@@ -476,11 +476,17 @@ def expected_outputs(
                 "avg_amount": _mean(t["total_amount"] for t in trips),
             }
         )
-    out.summary = (
+    out.live = (
         pd.DataFrame(rows)
         .sort_values(["window_start", "pickup_borough"])
         .reset_index(drop=True)
     )
+    closed = (
+        out.live.window_end <= eviction_wm
+        if eviction_wm is not None
+        else [False] * len(out.live)
+    )
+    out.summary = out.live[closed].reset_index(drop=True)
     return out
 
 

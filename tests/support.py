@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
+from deltalake import DeltaTable
 from kafka import KafkaConsumer
 from reference import (
     SUMMARY_COLUMNS,
@@ -157,15 +159,44 @@ def example_reference(
     )
 
 
-def read_parquet(tables: Path, relative: str) -> pd.DataFrame:
-    """Reads a Spark file sink as Spark does: only the files its log commits.
+def read_table(tables: Path, relative: str) -> pd.DataFrame:
+    """Reads a table without Spark, only what its log commits: a Delta table
+    with delta-rs (the `deltalake` package), a Spark parquet sink file by file.
 
     After a crash the folder can hold files of a batch that never committed;
-    the `_spark_metadata` log is what says which files belong to the table.
+    the table's log (`_delta_log` or `_spark_metadata`) says which belong.
     """
-    return pd.concat(
-        pd.read_parquet(path) for path in committed_files(tables / relative)
-    )
+    folder = tables / relative
+    if (folder / "_delta_log").is_dir():
+        frame = DeltaTable(str(folder)).to_pandas()
+        # Delta's timestamps are UTC instants; Spark's parquet files read naive.
+        for column in frame.columns:
+            if isinstance(frame[column].dtype, pd.DatetimeTZDtype):
+                frame[column] = frame[column].dt.tz_convert(None)
+        return frame
+    return pd.concat(pd.read_parquet(path) for path in committed_files(folder))
+
+
+def delta_commits(folder: Path) -> list[dict]:
+    """A Delta table's commits, oldest first: ``version``, ``operation`` and
+    ``txn`` (the (app id, version) pairs of idempotent writes it records)."""
+    commits = []
+    for path in sorted((folder / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in path.read_text().splitlines()]
+        commits.append(
+            {
+                "version": int(path.stem),
+                "operation": next(
+                    a["commitInfo"]["operation"] for a in actions if "commitInfo" in a
+                ),
+                "txn": [
+                    (a["txn"]["appId"], a["txn"]["version"])
+                    for a in actions
+                    if "txn" in a
+                ],
+            }
+        )
+    return commits
 
 
 def batch_ids(folder: Path) -> set[int]:
@@ -192,14 +223,22 @@ def committed_files(folder: Path) -> list[Path]:
 
 
 def assert_matches_reference(
-    project: Path, expected, output_root: str = "data"
+    project: Path, expected, output_root: str = "data", live: bool = False
 ) -> None:
-    """Compares every output of a run with the independent computation."""
+    """Compares every output of a run with the independent computation.
+
+    Args:
+        live: Also the `live` pipeline's live_borough_summary (conf/delta).
+    """
     tables = project / output_root
     bronze, quarantined = split_bronze(
-        read_parquet(tables, "02_intermediate/bronze_trips")
+        read_table(tables, "02_intermediate/bronze_trips")
     )
-    summary = read_parquet(tables, "08_reporting/hourly_borough_summary")
+    summary = read_table(tables, "08_reporting/hourly_borough_summary")
+
+    # The quarantine table: exactly bronze's rejected records, every column.
+    table = read_table(tables, "02_intermediate/quarantined_trips")
+    assert_same_rows(table, quarantined)
 
     # Bronze: exactly the valid trips, field by field.
     keys = list(expected.bronze[0])
@@ -221,9 +260,32 @@ def assert_matches_reference(
         quarantined.raw_payload.notna().sum() == len(quarantined) - expected.tombstones
     )
 
-    # Summary: every window and borough, every figure.
+    assert_summary(summary, expected.summary)
+    if live:
+        assert_summary(
+            read_table(tables, "08_reporting/live_borough_summary"), expected.live
+        )
+
+
+def assert_same_rows(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    """The same rows (in any order) with the same columns."""
+    assert sorted(got.columns) == sorted(want.columns)
+    columns = sorted(want.columns)
+    rows = lambda frame: sorted(  # noqa: E731
+        map(
+            repr,
+            frame[columns]
+            .astype(object)
+            .where(frame[columns].notna(), None)
+            .itertuples(index=False),
+        )
+    )
+    assert rows(got) == rows(want)
+
+
+def assert_summary(summary: pd.DataFrame, want: pd.DataFrame) -> None:
+    """Every window and borough of a summary table, every figure."""
     got = summary.sort_values(["window_start", "pickup_borough"]).reset_index(drop=True)
-    want = expected.summary
     assert list(zip(got.window_start, got.pickup_borough)) == list(
         zip(want.window_start, want.pickup_borough)
     )
@@ -297,6 +359,65 @@ def point_at_broker(project: Path, servers: str, chunk: int = CHUNK) -> tuple[st
         f"  max_offsets_per_trigger: {chunk}\n"
     )
     return trips, summary
+
+
+def combine_environments(project: Path, name: str, *envs: str) -> None:
+    """Makes conf/<name> from several environments, file by file, the later
+    winning key by key: as a user combines Kafka sources with Delta tables."""
+    target = project / "conf" / name
+    target.mkdir()
+    files = {
+        path.name for env in envs for path in (project / "conf" / env).glob("*.yml")
+    }
+    for file_name in sorted(files):
+        merged: dict = {}
+        for env in envs:
+            path = project / "conf" / env / file_name
+            if path.exists():
+                merged = _merge(merged, yaml.safe_load(path.read_text()) or {})
+        (target / file_name).write_text(yaml.safe_dump(merged, sort_keys=False))
+
+
+def _merge(base: dict, override: dict) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        both_mappings = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merge(merged[key], value) if both_mappings else value
+    return merged
+
+
+DELTA_TABLES = {
+    "bronze_trips": "02_intermediate/bronze_trips",
+    "quarantined_trips": "02_intermediate/quarantined_trips",
+    "hourly_borough_summary": "08_reporting/hourly_borough_summary",
+    "live_borough_summary": "08_reporting/live_borough_summary",
+}
+
+
+def progress_records(project: Path, output_root: str = "data") -> list[dict]:
+    """The runtime's progress log of an environment: one record per batch."""
+    log = project / output_root / "streams/progress.jsonl"
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def assert_one_commit_per_batch(project: Path, output_root: str = "data/delta"):
+    """Every micro-batch a query ran is one commit of its Delta table, exactly
+    once, tagged with the query's id and the batch id (Delta's idempotent-write
+    pair, which makes a replayed batch a no-op)."""
+    records = progress_records(project, output_root)
+    for query, table in DELTA_TABLES.items():
+        batches = sorted({r["batch"] for r in records if r["query"] == query})
+        commits = delta_commits(project / output_root / table)
+        tagged = [c for c in commits if c["txn"]]
+        # The live table's first commit creates it, empty, before its query starts.
+        assert [c["operation"] for c in commits if not c["txn"]] == (
+            ["WRITE"] if query == "live_borough_summary" else []
+        ), query
+        assert all(len(c["txn"]) == 1 for c in tagged), query
+        assert [c["txn"][0][1] for c in tagged] == batches, query
+        assert len({c["txn"][0][0] for c in tagged}) == 1, query
 
 
 def bundled_lines(project: Path) -> list[str]:

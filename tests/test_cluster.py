@@ -33,7 +33,7 @@ from support import (
     free_port,
     point_at_broker,
     quiet_env,
-    read_parquet,
+    read_table,
     run,
     tool_service,
 )
@@ -252,7 +252,7 @@ def test_example_over_spark_connect_bounded_then_continuous(
                 process.kill()
     log = log_path.read_text()
     assert "Stopping streaming query 'bronze_trips'" in log
-    bronze = read_parquet(data_root / "connect", "02_intermediate/bronze_trips")
+    bronze = read_table(data_root / "connect", "02_intermediate/bronze_trips")
     assert len(bronze) == len(expected.bronze) + rejected + 60
 
 

@@ -8,6 +8,7 @@ real files; every outcome is compared with the independent computation in
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import random
@@ -33,23 +34,27 @@ from reference import (
 from support import (
     BOUNDED,
     CHUNK,
+    DELTA_TABLES,
     SASL_PASSWORD,
     SASL_USER,
     assert_matches_reference,
+    assert_one_commit_per_batch,
     batch_ids,
     bundled_lines,
+    combine_environments,
     consume_all,
+    delta_commits,
     free_port,
     kedro_run,
     point_at_broker,
     quiet_env,
-    read_parquet,
+    read_table,
     run,
     split_bronze,
     streams,
 )
 
-ALL_KAFKA_PIPELINES = "ingest,aggregate,publish"
+DELTA_KAFKA_PIPELINES = "ingest,aggregate,live,publish"
 KILL_POINTS = [
     "Started streaming query 'bronze_trips'",  # at the first batch
     "Query bronze_trips batch 3:",  # between ingest batches
@@ -57,15 +62,38 @@ KILL_POINTS = [
 ]
 
 
+# `kedro run`, in a process that kills itself (SIGKILL) right after the live
+# summary's MERGE of micro-batch 2 commits, before Spark records the batch as
+# done: the restart must replay the batch without applying it twice.
+KILLED_AFTER_MERGE = """
+import os, signal, sys
+from kedro.framework.cli import main
+from taxi_rides.streaming import dataset
+
+def upsert_batches(path, keys, checkpoint):
+    upsert = real_upsert_batches(path, keys, checkpoint)
+    def upsert_then_die(batch, batch_id):
+        upsert(batch, batch_id)
+        if batch_id == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return upsert_then_die
+
+real_upsert_batches, dataset.upsert_batches = dataset.upsert_batches, upsert_batches
+sys.argv[0] = "kedro"
+main()
+"""
+
+
 def run_until_then_kill(
-    bin_dir: Path, project: Path, marker, log_path: Path, *args: str
+    bin_dir: Path, project: Path, marker, log_path: Path, *args: str, command=None
 ) -> None:
-    """Starts a bounded `kedro run`, SIGKILLs its process group once ``marker``
-    is logged (or, for a function, once it returns true)."""
+    """Starts a bounded `kedro run` (or ``command`` with its arguments),
+    SIGKILLs its process group once ``marker`` is logged (or, for a function,
+    once it returns true)."""
     reached = marker if callable(marker) else lambda: marker in log_path.read_text()
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [bin_dir / "kedro", "run", *args, *BOUNDED],
+            [*(command or [bin_dir / "kedro"]), "run", *args, *BOUNDED],
             cwd=project,
             env=quiet_env(),
             stdout=log,
@@ -75,14 +103,17 @@ def run_until_then_kill(
         try:
             deadline = time.monotonic() + 300
             while not reached():
-                assert process.poll() is None, (
-                    f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
-                )
+                if process.poll() is not None:  # ended, or killed itself
+                    assert reached(), (
+                        f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
+                    )
+                    break
                 assert time.monotonic() < deadline, f"never logged {marker!r}"
                 time.sleep(0.05 if callable(marker) else 0.2)
         finally:
             # The whole group, JVM included: as close to a crash as it gets.
-            os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # all gone already
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
 
 
@@ -122,6 +153,20 @@ def bad_messages(template: dict, rule_breakers: list[dict]) -> list[bytes | None
     ]
 
 
+def send_to_one_partition(servers: str, topic: str, messages: list) -> None:
+    producer = KafkaProducer(
+        bootstrap_servers=servers, acks="all", max_request_size=2_000_000
+    )
+    try:
+        for message in messages:
+            # A tombstone needs a key: Kafka refuses a message with neither.
+            key = b"tombstone" if message is None else None
+            producer.send(topic, key=key, value=message, partition=0)
+        producer.flush()
+    finally:
+        producer.close()
+
+
 def payload(message: bytes | None) -> str | None:
     """What `raw_payload` must hold for a message: its text, or base64 bytes."""
     if message is None:
@@ -132,15 +177,19 @@ def payload(message: bytes | None) -> str | None:
         return base64.b64encode(message).decode()
 
 
-def test_kafka_bad_messages_and_sigkill_at_three_points(
+def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(
     generated_project, project_bin, broker_log_on_failure, project_tool, tmp_path
 ):
-    """Bad messages in the stream, three crashes, one rerun: every message lands
-    exactly once, in bronze or in quarantine with its reason and offset."""
+    """Kafka in, Delta tables out (the live summary too), bad messages in the
+    stream, three crashes (during an ingest batch, between the pipelines,
+    after a MERGE but before its batch was recorded), one rerun: every message
+    lands exactly once, in bronze or in quarantine with its reason and offset,
+    and every micro-batch is one commit of its table."""
     servers = broker_log_on_failure.bootstrap_servers
     project = tmp_path / "project"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
     trips_topic, summary_topic = point_at_broker(project, servers)
+    combine_environments(project, "delta_kafka", "kafka", "delta")
 
     lines = bundled_lines(project)
     bad = bad_messages(
@@ -150,42 +199,52 @@ def test_kafka_bad_messages_and_sigkill_at_three_points(
     # Spread over the stream, every batch but the first.
     for number, message in enumerate(bad):
         messages.insert(70 + number * 9, message)
-    producer = KafkaProducer(
-        bootstrap_servers=servers, acks="all", max_request_size=2_000_000
-    )
-    try:
-        for message in messages:
-            # A tombstone needs a key: Kafka refuses a message with neither.
-            key = b"tombstone" if message is None else None
-            producer.send(trips_topic, key=key, value=message, partition=0)
-        producer.flush()
-    finally:
-        producer.close()
+    send_to_one_partition(servers, trips_topic, messages)
 
-    for number, marker in enumerate(KILL_POINTS):
-        run_until_then_kill(
-            project_bin,
-            project,
-            marker,
-            project / f"killed-{number}.log",
-            "--env",
-            "kafka",
-            "--pipelines",
-            ALL_KAFKA_PIPELINES,
+    tables = project / "data/delta"
+    ingest = tables / "checkpoints/bronze_trips"
+
+    def mid_ingest_batch() -> bool:
+        """A later ingest batch began (its offsets are written), not committed."""
+        pending = batch_ids(ingest / "offsets") - batch_ids(ingest / "commits")
+        return any(batch >= 2 for batch in pending)
+
+    def merged_batch_2() -> bool:
+        live = tables / DELTA_TABLES["live_borough_summary"]
+        return (live / "_delta_log").is_dir() and any(
+            txn[1] == 2 for commit in delta_commits(live) for txn in commit["txn"]
         )
-    kedro_run(
-        project_bin, project, "--env", "kafka", "--pipelines", ALL_KAFKA_PIPELINES
-    )
+
+    run_args = ["--env", "delta_kafka", "--pipelines", DELTA_KAFKA_PIPELINES]
+    for number, (marker, command) in enumerate(
+        [
+            (mid_ingest_batch, None),
+            # Ingest has finished; the aggregate nodes load its table next.
+            ("Loading data from bronze_trips", None),
+            (merged_batch_2, [project_bin / "python", "-c", KILLED_AFTER_MERGE]),
+        ]
+    ):
+        log = project / f"killed-{number}.log"
+        run_until_then_kill(
+            project_bin, project, marker, log, *run_args, command=command
+        )
+        if number == 1:
+            assert "Started streaming query 'hourly_borough_summary'" not in (
+                log.read_text()
+            )
+    live_checkpoint = tables / "checkpoints/live_borough_summary"
+    assert 2 not in batch_ids(live_checkpoint / "commits")  # to be replayed
+    kedro_run(project_bin, project, *run_args)
+    assert_one_commit_per_batch(project)
 
     boroughs = zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv")
     settings = example_settings(project)
     expected = expected_outputs(message_batches(messages, CHUNK), boroughs, settings)
-    assert_matches_reference(project, expected, output_root="data/kafka")
+    assert_matches_reference(project, expected, "data/delta", live=True)
 
     # Valid + quarantined = input, offset by offset, each with its payload.
-    tables = project / "data/kafka"
     bronze, quarantined = split_bronze(
-        read_parquet(tables, "02_intermediate/bronze_trips")
+        read_table(tables, "02_intermediate/bronze_trips")
     )
     reasons = {
         offset: check(decode(message), set(boroughs))[1]
@@ -221,7 +280,7 @@ def test_kafka_bad_messages_and_sigkill_at_three_points(
     ]
 
     # The Kafka sink is at least once: every summary row, perhaps more than once.
-    summary = read_parquet(tables, "08_reporting/hourly_borough_summary")
+    summary = read_table(tables, "08_reporting/hourly_borough_summary")
     published = {
         (
             r.key.decode(),
@@ -306,7 +365,7 @@ def test_corrupt_files_sigkill_at_three_points(
 
     # Each rejection traces back to its file.
     _, quarantined = split_bronze(
-        read_parquet(fresh_project / "data", "02_intermediate/bronze_trips")
+        read_table(fresh_project / "data", "02_intermediate/bronze_trips")
     )
     got = Counter(
         (Path(row.source_file).name, row.rejection_reason)
@@ -392,7 +451,7 @@ def test_sasl_credentials_work_fail_clearly_and_are_never_printed(
         cwd=project,
         env=password_env,
     )
-    bronze = read_parquet(project / "data/kafka", "02_intermediate/bronze_trips")
+    bronze = read_table(project / "data/kafka", "02_intermediate/bronze_trips")
     assert len(bronze) == sent and bronze.rejection_reason.isna().any()
 
     shown = [

@@ -30,7 +30,7 @@ from support import (
     kedro_run,
     point_at_broker,
     quiet_env,
-    read_parquet,
+    read_table,
     run,
     streams,
 )
@@ -81,13 +81,13 @@ def test_kafka_ingest_then_aggregate_matches_reference(
     assert_matches_reference(kafka_project, expected, output_root="data/kafka")
 
     # Every bronze row traces back to its message.
-    bronze = read_parquet(kafka_project / "data/kafka", "02_intermediate/bronze_trips")
+    bronze = read_table(kafka_project / "data/kafka", "02_intermediate/bronze_trips")
     assert set(bronze.kafka_topic) == {trips}
     assert set(bronze.kafka_partition) == {0}
     assert bronze.kafka_offset.is_unique and bronze.kafka_timestamp.notna().all()
 
     # The summary topic holds the summary rows, as JSON.
-    summary = read_parquet(
+    summary = read_table(
         kafka_project / "data/kafka", "08_reporting/hourly_borough_summary"
     )
     records = consume_all(servers, summary_topic, expected=len(summary))
@@ -159,7 +159,7 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
             return 0
         # The valid trips: bronze also keeps the rejected records.
         return sum(
-            pd.read_parquet(path).rejection_reason.isna().sum()
+            pd.read_table(path).rejection_reason.isna().sum()
             for path in committed_files(bronze_dir)
         )
 
@@ -347,7 +347,7 @@ def committed_rows(table: Path) -> int:
     log = table / "_spark_metadata"
     if not log.is_dir() or not any(p.name[0].isdigit() for p in log.iterdir()):
         return 0
-    return sum(len(pd.read_parquet(path)) for path in committed_files(table))
+    return sum(len(pd.read_table(path)) for path in committed_files(table))
 
 
 def wait_until(condition, seconds: float) -> None:
@@ -408,7 +408,7 @@ def test_continuous_run_through_a_broker_sigkill_loses_nothing(
 
         # A bounded rerun takes what is left, from the committed offsets.
         kedro_run(project_bin, fresh_project, "--env", "kafka", "--pipelines", "ingest")
-        bronze = read_parquet(
+        bronze = read_table(
             fresh_project / "data/kafka", "02_intermediate/bronze_trips"
         )
         assert sorted(bronze.kafka_offset) == list(range(len(lines)))

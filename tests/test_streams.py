@@ -24,7 +24,7 @@ from support import (
     committed_files,
     example_reference,
     kedro_run,
-    read_parquet,
+    read_table,
     run,
     split_bronze,
     streams,
@@ -254,9 +254,7 @@ def test_fail_expectation_stops_at_its_batch_and_the_fixed_rerun_resumes(
     assert "Query bronze_trips batch 8: 1 rows in" in " ".join(resumed.output.split())
     assert batch_ids(checkpoint / "commits") == set(range(9))
     expected = example_reference(fresh_project)
-    valid, quarantined = split_bronze(
-        read_parquet(data, "02_intermediate/bronze_trips")
-    )
+    valid, quarantined = split_bronze(read_table(data, "02_intermediate/bronze_trips"))
     assert len(valid) == len(expected.bronze)
     assert quarantined.rejection_reason.value_counts().to_dict() == dict(
         expected.rejections

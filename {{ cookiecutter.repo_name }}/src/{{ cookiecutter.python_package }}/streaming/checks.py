@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from kedro.io import DataCatalog
+from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Pipeline
 from pyspark.sql import SparkSession
 
@@ -64,6 +64,40 @@ def check_configuration(
             "Streaming configuration in conf/ cannot work:\n  - "
             + "\n  - ".join(problems)
         )
+
+
+def check_streams_have_sinks(
+    catalog: DataCatalog,
+    pipeline: Pipeline,
+    streaming: dict[str, SparkStreamingDataset],
+) -> None:
+    """Fails when a stream would end in no sink.
+
+    A pipeline output downstream of a stream, without a catalog entry, would
+    be kept in memory by Kedro: its query would never start.
+    """
+    if not streaming:
+        return
+    downstream = pipeline.from_inputs(*streaming).all_outputs()
+    lost = sorted(
+        name
+        for name in pipeline.outputs() & downstream
+        if not _declared(catalog, name)
+    )
+    if lost:
+        raise StreamingConfigError(
+            "No sink for "
+            + ", ".join(f"'{name}'" for name in lost)
+            + ": this environment's catalog does not declare "
+            + ("them" if len(lost) > 1 else "it")
+            + ", so the stream would stay in memory and never run. Declare a "
+            "streaming sink in conf/<env>/catalog.yml, or run with the environment "
+            "that declares one (`kedro run --env <env>`)."
+        )
+
+
+def _declared(catalog: DataCatalog, name: str) -> bool:
+    return name in catalog and not isinstance(catalog[name], MemoryDataset)
 
 
 def check_paths_reach_the_cluster(
@@ -170,6 +204,7 @@ def check_run(
     sources = streaming_datasets(catalog, pipeline.inputs())
     run_trigger(settings)
     check_configuration(sinks, sources)
+    check_streams_have_sinks(catalog, pipeline, {**sources, **sinks})
     location = spark_location(spark)
     if location:
         check_paths_reach_the_cluster(

@@ -1,4 +1,5 @@
-"""``kedro streams status | validate | reset``: operate the project's streams.
+"""``kedro streams status | validate | reset | optimize | vacuum``: operate the
+project's streams and their tables.
 
 The project's ``cli.py`` adds the ``streams`` group to Kedro's commands. Each
 command takes ``--env`` and ``--pipelines`` as ``kedro run`` does and reads
@@ -27,6 +28,8 @@ from kedro.pipeline import Pipeline
 
 from .checks import check_run, headline, streaming_datasets
 from .dataset import SparkStreamingDataset
+from .delta import DELTA_FORMAT, optimize as optimize_table, table_version
+from .delta import vacuum as vacuum_table
 from .errors import StreamingConfigError
 from .progress import describe_expectations
 from .session import spark_session
@@ -46,7 +49,7 @@ pipelines_option = click.option(
 
 @click.group(name="streams")
 def streams() -> None:
-    """Operate the streaming queries: status, validate, reset."""
+    """Operate the streaming queries and their tables."""
 
 
 @dataclass
@@ -106,6 +109,11 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
         if checkpoint["pending"] is not None:
             parts.append(
                 f"uncommitted batch {checkpoint['pending']} (the next run redoes it)"
+            )
+        if dataset.file_format == DELTA_FORMAT:
+            version = table_version(dataset.path)
+            parts.append(
+                "no Delta table yet" if version is None else f"Delta version {version}"
             )
         query_totals = totals.get(name)
         if query_totals:
@@ -247,6 +255,80 @@ def reset(
                 fs.rm(root, recursive=True)
     project.state.forget(targets)
     click.echo(f"Reset {', '.join(sorted(targets))}.")
+
+
+@streams.command()
+@click.argument("datasets", nargs=-1)
+@env_option
+@pipelines_option
+@click.pass_obj
+def optimize(metadata, datasets: tuple[str, ...], env: str | None, pipelines):
+    """Compacts the Delta tables of streaming sinks (all, or DATASETS).
+
+    Streams writing or reading them may keep running: the compaction changes
+    no data, and stream readers skip it.
+    """
+    project = _open(metadata, env, pipelines or list(registered_pipelines))
+    spark = spark_session()
+    for name, dataset in _delta_tables(project, datasets).items():
+        metrics = optimize_table(spark, dataset.path)
+        click.echo(
+            f"{name}: {metrics['numFilesRemoved']} files compacted into "
+            f"{metrics['numFilesAdded']}, Delta version {table_version(dataset.path)}"
+        )
+
+
+@streams.command()
+@click.argument("datasets", nargs=-1)
+@click.option(
+    "--retain-hours",
+    type=float,
+    default=168.0,
+    show_default=True,
+    help="Keep files removed less than this long ago (time travel needs them).",
+)
+@env_option
+@pipelines_option
+@click.pass_obj
+def vacuum(
+    metadata,
+    datasets: tuple[str, ...],
+    retain_hours: float,
+    env: str | None,
+    pipelines,
+):
+    """Deletes files the Delta tables of streaming sinks (all, or DATASETS) no
+    longer use, once removed for longer than --retain-hours.
+
+    Versions older than that can no longer be read (time travel). Delta
+    refuses less than 168 hours unless the environment's spark.yml sets
+    spark.databricks.delta.retentionDurationCheck.enabled: false; below the
+    longest micro-batch, a running stream's files could be deleted.
+    """
+    project = _open(metadata, env, pipelines or list(registered_pipelines))
+    spark = spark_session()
+    for name, dataset in _delta_tables(project, datasets).items():
+        deleted = vacuum_table(spark, dataset.path, retain_hours)
+        click.echo(f"{name}: {deleted} unused files deleted")
+
+
+def _delta_tables(
+    project: _Project, names: tuple[str, ...]
+) -> dict[str, SparkStreamingDataset]:
+    """The named streaming sinks (all by default) whose tables are Delta."""
+    tables = {
+        name: dataset
+        for name, dataset in project.sinks.items()
+        if dataset.file_format == DELTA_FORMAT
+    }
+    unknown = [name for name in names if name not in tables]
+    if unknown or not tables:
+        raise click.ClickException(
+            f"{', '.join(unknown) or 'These pipelines'}: no Delta table of a "
+            f"streaming sink in this environment ({', '.join(tables) or 'none'}). "
+            "Delta tables are declared with `file_format: delta` (see --env delta)."
+        )
+    return {name: tables[name] for name in names} if names else tables
 
 
 @contextmanager

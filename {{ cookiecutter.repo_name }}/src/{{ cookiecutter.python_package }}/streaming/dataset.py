@@ -18,6 +18,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
+from .delta import DELTA_FORMAT, create_delta_table, upsert_batches
 from .session import spark_session
 
 OUTPUT_MODES = ("append", "complete", "update")
@@ -97,8 +98,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 or ``{"filepath": ...}`` naming a Spark JSON schema file.
             save_args: ``output_mode``, ``checkpoint``, ``trigger`` (keyword
                 arguments of ``DataStreamWriter.trigger``), ``query_name``,
-                ``partitionBy``, ``foreach_batch`` (``"module:function"``); the
-                rest are writer options.
+                ``partitionBy``, ``foreach_batch`` (``"module:function"``),
+                ``merge_on`` (key columns: each micro-batch is upserted into
+                the Delta table at ``filepath``, exactly once); the rest are
+                writer options.
             credentials: Options merged into both reader and writer, e.g. Kafka
                 SASL settings from ``conf/<env>/credentials.yml``.
             metadata: Ignored by Kedro; free for users and plugins.
@@ -118,6 +121,8 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         self._checkpoint = save.pop("checkpoint", None)
         self._partition_by = save.pop("partitionBy", None)
         self._foreach_batch = save.pop("foreach_batch", None)
+        merge_on = save.pop("merge_on", None)
+        self._merge_on = [merge_on] if isinstance(merge_on, str) else merge_on
         self._trigger: dict[str, Any] | None = save.pop("trigger", None)
         self._query_name: str | None = save.pop("query_name", None)
         self._writer_options = save
@@ -167,15 +172,28 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 f"has output_mode '{self._output_mode}': use one of {', '.join(OUTPUT_MODES)}"
             )
         elif (
-            self._file_format in APPEND_ONLY_FORMATS
+            self._file_format in (*APPEND_ONLY_FORMATS, DELTA_FORMAT)
             and self._output_mode != "append"
             and not self._foreach_batch
+            and not self._merge_on
         ):
             problems.append(
                 f"has output_mode '{self._output_mode}', which a {self._file_format} "
-                "file sink does not support (it only appends): use append, with a "
+                "sink does not support (it only appends): use append, with a "
                 "watermark before any aggregation, or a sink that can update "
-                "(kafka, foreach_batch)"
+                "(kafka, foreach_batch, or delta with merge_on)"
+            )
+        if self._merge_on is not None and (
+            self._file_format != DELTA_FORMAT
+            or not self._path
+            or self._foreach_batch
+            or not self._merge_on
+            or not all(isinstance(key, str) for key in self._merge_on)
+        ):
+            problems.append(
+                "has merge_on, which upserts into a Delta table: give it "
+                "`file_format: delta`, a filepath, no foreach_batch, and the key "
+                "columns as a list, e.g. `merge_on: [window_start, pickup_borough]`"
             )
         if self._trigger is not None and (
             not isinstance(self._trigger, dict)
@@ -371,7 +389,14 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             )
         if self._foreach_batch:
             writer = writer.foreachBatch(_import_function(self._foreach_batch))
-        self._query = writer.start(self._path) if self._path else writer.start()
+        if self._merge_on:
+            create_delta_table(data.sparkSession, self._path, data)
+            writer = writer.foreachBatch(
+                upsert_batches(self._path, self._merge_on, self._checkpoint)
+            )
+            self._query = writer.start()
+        else:
+            self._query = writer.start(self._path) if self._path else writer.start()
         self._started_from = data
         return self._query
 

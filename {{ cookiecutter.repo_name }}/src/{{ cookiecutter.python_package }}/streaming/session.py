@@ -26,6 +26,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
+from .delta import check_delta_package
 from .errors import StreamingConfigError
 
 _KAFKA_CONNECTOR = re.compile(
@@ -42,16 +43,18 @@ _IVY_REPORT_LAST = b"artifacts copied"
 def configure_spark(settings: dict[str, object]) -> None:
     """Sets what the session is built from, without starting it.
 
-    The Kafka connector in ``spark.jars.packages`` is checked against the
-    installed PySpark here, so a mismatch fails before Spark downloads it.
+    The Kafka connector and the Delta package in ``spark.jars.packages`` are
+    checked against the installed PySpark here, so a mismatch fails before
+    Spark downloads them.
     """
     conf = {key: str(value) for key, value in settings.items() if value is not None}
-    if not conf.get("spark.remote"):  # a Connect server brings its own connector
-        check_kafka_connector(
-            conf.get("spark.jars.packages", ""),
-            pyspark.__version__,
-            local_scala_version(),
-        )
+    if not conf.get("spark.remote"):  # a Connect server brings its own packages
+        for check in (check_kafka_connector, check_delta_package):
+            check(
+                conf.get("spark.jars.packages", ""),
+                pyspark.__version__,
+                local_scala_version(),
+            )
     _settings.clear()
     _settings.update(conf)
 
@@ -80,16 +83,17 @@ def spark_session() -> SparkSession:
         _log_settings_the_server_keeps(spark, conf, remote)
     else:
         spark.sparkContext.setLogLevel("WARN")
-    # The connector the running Spark loaded: a Connect server's or a cluster's
+    # The packages the running Spark loaded: a Connect server's or a cluster's
     # Spark may differ from the local PySpark.
-    check_kafka_connector(
-        spark.conf.get("spark.jars.packages", None) or "",
-        spark.version,
-        None,
-        fix=f"restart the Spark Connect server at {remote} with --packages"
-        if remote
-        else None,
-    )
+    for check in (check_kafka_connector, check_delta_package):
+        check(
+            spark.conf.get("spark.jars.packages", None) or "",
+            spark.version,
+            None,
+            fix=f"restart the Spark Connect server at {remote} with --packages"
+            if remote
+            else None,
+        )
     if spark_location(spark):
         _send_project_code(spark)
     return spark

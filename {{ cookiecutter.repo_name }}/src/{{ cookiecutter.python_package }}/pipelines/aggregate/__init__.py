@@ -1,4 +1,5 @@
-"""bronze_trips (as a stream) -> its valid trips -> hourly_borough_summary."""
+"""bronze_trips (as a stream) -> its valid trips -> hourly_borough_summary,
+and its rejected records -> quarantined_trips."""
 
 from .pipeline import create_pipeline
 

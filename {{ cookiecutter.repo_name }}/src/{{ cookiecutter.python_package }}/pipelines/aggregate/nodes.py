@@ -1,4 +1,5 @@
-"""Aggregate: validated trips in, an hourly summary per pickup borough out."""
+"""Aggregate: bronze trips in; an hourly summary per pickup borough and the
+quarantined records out."""
 
 from __future__ import annotations
 
@@ -18,6 +19,16 @@ def select_valid_trips(bronze_trips: DataFrame) -> DataFrame:
     return bronze_trips.filter(F.col("rejection_reason").isNull()).drop(
         "rejection_reason", "warnings", "raw_payload"
     )
+
+
+def select_rejected_trips(bronze_trips: DataFrame) -> DataFrame:
+    """The records of ``bronze_trips`` that ``ingest`` rejected: the quarantine.
+
+    Returns:
+        Every column of ``bronze_trips``, for the rows with a
+        ``rejection_reason``: what was wrong, the raw payload and its origin.
+    """
+    return bronze_trips.filter(F.col("rejection_reason").isNotNull())
 
 
 def summarise_hourly_by_borough(

@@ -1,6 +1,10 @@
 from kedro.pipeline import Pipeline, node, pipeline
 
-from .nodes import select_valid_trips, summarise_hourly_by_borough
+from .nodes import (
+    select_rejected_trips,
+    select_valid_trips,
+    summarise_hourly_by_borough,
+)
 
 
 def create_pipeline(**kwargs) -> Pipeline:
@@ -11,6 +15,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                 "bronze_trips",
                 "valid_trips",
                 name="select_valid_trips",
+            ),
+            node(
+                select_rejected_trips,
+                "bronze_trips",
+                "quarantined_trips",
+                name="select_rejected_trips",
             ),
             node(
                 summarise_hourly_by_borough,

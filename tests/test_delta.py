@@ -1,0 +1,217 @@
+"""The Delta environment (`--env delta`): Delta tables between the pipelines,
+the live summary kept up to date with MERGE, and table care while streams run.
+
+Real Spark with the Delta package from Maven Central; the tables are read
+back with delta-rs (the `deltalake` package), not Spark, and compared with
+the independent computation in `reference.py`.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from support import (
+    DELTA_TABLES,
+    FILE_BY_FILE,
+    assert_matches_reference,
+    assert_one_commit_per_batch,
+    example_reference,
+    kedro_run,
+    progress_records,
+    quiet_env,
+    read_table,
+    run,
+    split_bronze,
+    streams,
+)
+
+DELTA = ["--env", "delta"]
+WITH_LIVE = [*DELTA, "--pipelines", "ingest,aggregate,live"]
+TABLES = DELTA_TABLES
+
+
+def test_delta_tables_match_the_reference_one_commit_per_batch(
+    fresh_project, project_bin
+):
+    """Files in, Delta tables out (the live summary included), read back
+    without Spark; a Delta package that does not fit the Spark that runs
+    stops the run before any stream."""
+    wrong = fresh_project / "conf/wrong_delta"
+    wrong.mkdir()
+    (wrong / "spark.yml").write_text(
+        "spark.jars.packages: io.delta:delta-spark_2.13:3.2.0\n"
+    )
+    refused = run(
+        [project_bin / "kedro", "run", "--env", "wrong_delta"],
+        cwd=fresh_project,
+        check=False,
+    )
+    assert refused.returncode != 0
+    message = " ".join(refused.output.split())
+    assert "io.delta:delta-spark_2.13:3.2.0, built for Spark 3.5" in message
+    assert "Fix: set spark.jars.packages" in message
+    assert "io.delta:delta-spark_2.13:4.0.0" in message
+    assert "Started streaming query" not in refused.output
+    assert not list((fresh_project / "data").glob("*/*/offsets"))
+
+    kedro_run(project_bin, fresh_project, *WITH_LIVE)
+    expected = example_reference(fresh_project)
+    assert_matches_reference(fresh_project, expected, "data/delta", live=True)
+    assert_one_commit_per_batch(fresh_project)
+    # Parquet and Delta runs share nothing.
+    assert not (fresh_project / "data/02_intermediate/bronze_trips").exists()
+    assert not [p for p in (fresh_project / "data/checkpoints").iterdir() if p.is_dir()]
+
+    # Closed windows: the live row is the append-only summary's row.
+    tables = fresh_project / "data/delta"
+    summary = read_table(tables, TABLES["hourly_borough_summary"])
+    live = read_table(tables, TABLES["live_borough_summary"])
+    keys = ["window_start", "pickup_borough"]
+    closed = live.merge(summary[keys], on=keys)
+    assert len(closed) == len(summary) < len(live)
+    assert (
+        closed.sort_values(keys)
+        .reset_index(drop=True)
+        .equals(summary[live.columns].sort_values(keys).reset_index(drop=True))
+    )
+
+    status = streams(project_bin, fresh_project, "status", *WITH_LIVE).stdout
+    for query, table in TABLES.items():
+        version = DeltaTable(str(tables / table)).version()
+        assert re.search(rf"^{query}: .* · Delta version {version} · ", status, re.M)
+
+    # A rerun with nothing new commits nothing.
+    kedro_run(project_bin, fresh_project, *WITH_LIVE)
+    assert_one_commit_per_batch(fresh_project)
+    assert_matches_reference(fresh_project, expected, "data/delta", live=True)
+
+
+def wait_for(condition, what: str, process: subprocess.Popen, log: Path, timeout=240):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"the run ended:\n{log.read_text()[-5000:]}"
+        assert time.monotonic() < deadline, f"never {what}:\n{log.read_text()[-5000:]}"
+        time.sleep(0.5)
+
+
+def caught_up(project: Path, files: int) -> bool:
+    """Bronze has ingested ``files`` landing files, and both streams that read
+    it have read every row it wrote."""
+    records = progress_records(project, "data/delta")
+    rows = {
+        query: sum(r["input_rows"] for r in records if r["query"] == query)
+        for query in ("quarantined_trips", "hourly_borough_summary")
+    }
+    ingested = [r for r in records if r["query"] == "bronze_trips"]
+    written = sum(r["rows_written"] for r in ingested)
+    # One landing file per ingest batch (max_bytes_per_trigger=1).
+    return len(ingested) >= files and all(n == written for n in rows.values())
+
+
+def test_optimize_time_travel_and_vacuum_while_streams_run(fresh_project, project_bin):
+    """A continuous run in the Delta environment: bronze is compacted and
+    vacuumed while its query writes it and two streams read it. Readers go on
+    with new data only (a compaction is no new data), an earlier version reads
+    back until VACUUM deletes its files, and nothing is lost or counted twice."""
+    landing = fresh_project / "data/01_raw/trips_landing"
+    later = fresh_project / "later"
+    later.mkdir()
+    files = sorted(landing.glob("*.json"))
+    for path in files[4:]:
+        path.rename(later / path.name)
+    # Delta refuses VACUUM below 7 days of retention unless told otherwise.
+    with (fresh_project / "conf/delta/spark.yml").open("a") as spark_yml:
+        spark_yml.write(
+            "spark.databricks.delta.retentionDurationCheck.enabled: false\n"
+        )
+    bronze = fresh_project / "data/delta" / TABLES["bronze_trips"]
+
+    log = fresh_project / "run.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [
+                project_bin / "kedro",
+                "run",
+                *DELTA,
+                "--params",
+                f"trigger_interval=1 second,{FILE_BY_FILE}",
+            ],
+            cwd=fresh_project,
+            env=quiet_env(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(
+            lambda: caught_up(fresh_project, 4), "read the first 4 files", process, log
+        )
+        before = DeltaTable(str(bronze))
+        version_before, files_before = before.version(), len(before.file_uris())
+        rows_before = before.to_pandas()
+        assert files_before >= 4
+
+        compacted = streams(
+            project_bin, fresh_project, "optimize", *DELTA, "bronze_trips"
+        ).stdout
+        assert re.search(
+            rf"bronze_trips: {files_before} files compacted into 1, Delta version "
+            rf"{version_before + 1}",
+            compacted,
+        ), compacted
+        assert len(DeltaTable(str(bronze)).file_uris()) == 1
+        # Time travel: the version before the compaction, file by file.
+        old = DeltaTable(str(bronze), version=version_before)
+        assert len(old.file_uris()) == files_before
+        assert sorted(map(repr, old.to_pandas().itertuples(index=False))) == sorted(
+            map(repr, rows_before.itertuples(index=False))
+        )
+
+        for path in sorted(later.iterdir())[:2]:
+            path.rename(landing / path.name)
+        wait_for(lambda: caught_up(fresh_project, 6), "read 6 files", process, log)
+
+        vacuumed = streams(
+            project_bin,
+            fresh_project,
+            "vacuum",
+            *DELTA,
+            "bronze_trips",
+            "--retain-hours",
+            "0",
+        ).stdout
+        assert f"bronze_trips: {files_before} unused files deleted" in vacuumed
+        with pytest.raises(Exception):  # its files are gone
+            DeltaTable(str(bronze), version=version_before).to_pandas()
+
+        for path in sorted(later.iterdir()):
+            path.rename(landing / path.name)
+        wait_for(lambda: caught_up(fresh_project, 8), "read all 8 files", process, log)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0, log.read_text()[-5000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+    # Every record once: in bronze, and (rejected) in the quarantine table.
+    expected = example_reference(fresh_project)
+    tables = fresh_project / "data/delta"
+    valid, rejected = split_bronze(read_table(tables, TABLES["bronze_trips"]))
+    assert len(valid) == len(expected.bronze)
+    assert rejected.rejection_reason.value_counts().to_dict() == dict(
+        expected.rejections
+    )
+    quarantined = read_table(tables, TABLES["quarantined_trips"])
+    assert len(quarantined) == len(rejected)
+    # The compaction's commit (no new data) was not read again downstream.
+    records = progress_records(fresh_project, "data/delta")
+    for query in ("quarantined_trips", "hourly_borough_summary"):
+        assert sum(r["input_rows"] for r in records if r["query"] == query) == len(
+            valid
+        ) + len(rejected)

@@ -1,0 +1,5 @@
+"""bronze_trips (as a stream) -> live_borough_summary, updated while windows are open."""
+
+from .pipeline import create_pipeline
+
+__all__ = ["create_pipeline"]

@@ -1,0 +1,205 @@
+"""Delta Lake tables: the package check, exactly-once upserts, table care.
+
+Delta is optional: an environment turns it on in its ``spark.yml`` (the
+``io.delta:delta-spark`` package and its session extension, as conf/delta
+does) and declares ``file_format: delta`` in its catalog. Everything here is
+plain Spark SQL, so it works the same on a local master, a cluster and a
+Spark Connect server whose Spark has Delta.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+from pyspark.sql import DataFrame, SparkSession
+
+from .errors import StreamingConfigError
+
+logger = logging.getLogger(__name__)
+
+DELTA_FORMAT = "delta"
+# The Spark minor version each Delta release line is built on: the spark-sql
+# dependency in the POM of io.delta:delta-spark on Maven Central.
+DELTA_BUILT_FOR = {
+    "3.0": "3.5",
+    "3.1": "3.5",
+    "3.2": "3.5",
+    "3.3": "3.5",
+    "4.0": "4.0",
+    "4.1": "4.1",
+    "4.2": "4.1",
+    "4.3": "4.1",
+    "4.4": "4.2",
+}
+_DELTA_PACKAGE = re.compile(
+    r"io\.delta:delta-spark_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
+)
+# Delta's own switches for idempotent DML: a MERGE that carries an (app id,
+# version) pair the table has already recorded is skipped.
+_FIX = "set spark.jars.packages in the environment's spark.yml to"
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+def check_delta_package(
+    packages: str,
+    spark_version: str,
+    scala_version: str | None,
+    fix: str | None = None,
+) -> None:
+    """Fails unless the Delta package among ``packages`` fits this Spark.
+
+    A Delta release runs only on the Spark minor version it is built for;
+    on another, it fails at its first table with a missing class or method.
+
+    Args:
+        packages: The value of ``spark.jars.packages``.
+        spark_version: The version of the Spark that runs.
+        scala_version: Its Scala binary version, if known.
+        fix: Where to set the right package; by default ``spark.yml``.
+    """
+    match = _DELTA_PACKAGE.search(packages)
+    if match is None:
+        return
+    spark_line = ".".join(spark_version.split(".")[:2])
+    built_for = DELTA_BUILT_FOR.get(".".join(match["version"].split(".")[:2]))
+    wrong_scala = scala_version is not None and match["scala"] != scala_version
+    if built_for is None:
+        logger.warning(
+            "Cannot check that %s fits Spark %s: this project knows Delta up to %s.",
+            match[0],
+            spark_version,
+            max(DELTA_BUILT_FOR, key=_version_key),
+        )
+    if (built_for is None or built_for == spark_line) and not wrong_scala:
+        return
+    fitting = sorted(
+        (line for line, spark in DELTA_BUILT_FOR.items() if spark == spark_line),
+        key=_version_key,
+    )
+    scala = scala_version or match["scala"]
+    right = (
+        f"io.delta:delta-spark_{scala}:{fitting[-1]}.0 (or a later {fitting[-1]}.x "
+        "release; https://docs.delta.io/latest/releases.html)"
+        if fitting
+        else f"a Delta release built for Spark {spark_line}"
+    )
+    raise StreamingConfigError(
+        f"spark.yml asks for the Delta package {match[0]}"
+        + (f", built for Spark {built_for}" if built_for else "")
+        + f", but the running Spark is {spark_version}"
+        + (f" built for Scala {scala_version}" if scala_version else "")
+        + f". Fix: {fix or _FIX} {right}."
+    )
+
+
+def _version_key(line: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in line.split("."))
+
+
+def upsert_batches(
+    path: str, keys: list[str], checkpoint: str
+) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function that MERGEs each micro-batch into a Delta table.
+
+    A row of the batch replaces the table's row with the same ``keys``, or is
+    added. Each MERGE carries Delta's idempotent-write pair: the query's id
+    (stable across restarts of one checkpoint) and the batch id. When a
+    restart replays a batch whose MERGE had already committed (the process
+    died before Spark recorded the batch as done), Delta skips it, so every
+    micro-batch is one commit of the table, once.
+
+    Args:
+        path: The Delta table, created beforehand (``create_delta_table``).
+        keys: The columns that identify a row.
+        checkpoint: The query's checkpoint, whose ``metadata`` holds its id.
+    """
+    condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys)
+    query_ids: dict[str, str] = {}
+
+    def upsert(batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        if checkpoint not in query_ids:
+            query_ids[checkpoint] = _query_id(checkpoint)
+        view = f"upserts_{query_ids[checkpoint].replace('-', '_')}"
+        batch.createOrReplaceTempView(view)
+        spark.conf.set(_TXN_APP_ID, query_ids[checkpoint])
+        spark.conf.set(_TXN_VERSION, str(batch_id))
+        try:
+            spark.sql(
+                f"MERGE INTO delta.`{path}` AS t USING {view} AS s ON {condition} "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+        finally:
+            spark.conf.unset(_TXN_APP_ID)
+            spark.conf.unset(_TXN_VERSION)
+            spark.catalog.dropTempView(view)
+
+    return upsert
+
+
+def create_delta_table(spark: SparkSession, path: str, data: DataFrame) -> None:
+    """Creates an empty Delta table with ``data``'s columns, unless there is one."""
+    spark.createDataFrame([], data.schema).write.format(DELTA_FORMAT).mode(
+        "ignore"
+    ).save(path)
+
+
+def table_version(path: str) -> int | None:
+    """The latest version of the Delta table at ``path``, read from its log
+    without Spark; ``None`` when there is no table."""
+    fs, root = fsspec.core.url_to_fs(path)
+    log = f"{root}/_delta_log"
+    if not fs.exists(log):
+        return None
+    versions = [
+        int(name.rsplit("/", 1)[-1].split(".")[0])
+        for name in fs.ls(log, detail=False)
+        if name.endswith(".json") and name.rsplit("/", 1)[-1].split(".")[0].isdigit()
+    ]
+    return max(versions) if versions else None
+
+
+def optimize(spark: SparkSession, path: str) -> dict[str, Any]:
+    """Compacts the table's small files (``OPTIMIZE``); returns Delta's metrics.
+
+    Safe while streams write or read the table: its commit adds and removes
+    files without changing data (``dataChange: false``), which appends do not
+    conflict with and Delta stream readers skip.
+    """
+    row = spark.sql(f"OPTIMIZE delta.`{path}`").collect()[0]
+    metrics = row["metrics"].asDict()
+    return {key: metrics[key] for key in ("numFilesAdded", "numFilesRemoved")}
+
+
+def vacuum(spark: SparkSession, path: str, retain_hours: float) -> int:
+    """Deletes files the table no longer uses and that were removed more than
+    ``retain_hours`` ago (``VACUUM``); returns how many it deleted.
+
+    Time travel to a version needs its files: after this, versions older than
+    the retention may no longer be read. Delta refuses less than 168 hours
+    unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is false.
+    """
+    before = _data_files(path)
+    spark.sql(f"VACUUM delta.`{path}` RETAIN {retain_hours:g} HOURS").collect()
+    return len(before - _data_files(path))
+
+
+def _data_files(path: str) -> set[str]:
+    fs, root = fsspec.core.url_to_fs(path)
+    return {
+        name
+        for name in fs.find(root)
+        if "/_delta_log/" not in name and name.endswith(".parquet")
+    }
+
+
+def _query_id(checkpoint: str) -> str:
+    """The id Spark gave the query of ``checkpoint`` (in its ``metadata`` file)."""
+    with fsspec.open(f"{checkpoint.rstrip('/')}/metadata") as handle:
+        return json.loads(handle.read().decode().splitlines()[0])["id"]
