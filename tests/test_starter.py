@@ -324,7 +324,7 @@ def test_continuous_run_stops_cleanly_on_sigterm_and_resumes(
                 time.sleep(1)
             # While it runs: `kedro streams status` says so, `reset` refuses.
             status = streams(project_bin, fresh_project, "status").stdout
-            assert status.count(f"running (pid {process.pid} on ") == 2, status
+            assert status.count(f"running (pid {process.pid} on ") == 3, status
             refused = streams(
                 project_bin,
                 fresh_project,
@@ -343,7 +343,7 @@ def test_continuous_run_stops_cleanly_on_sigterm_and_resumes(
                 process.kill()
     assert "Stopping streaming query" in log_path.read_text()
     status = streams(project_bin, fresh_project, "status").stdout
-    assert status.count("not running") == 2, status
+    assert status.count("not running") == 3, status
 
     # A bounded restart finishes the work: no loss, no duplicate.
     kedro_run(project_bin, fresh_project)

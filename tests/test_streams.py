@@ -24,6 +24,7 @@ from support import (
     committed_files,
     example_reference,
     kedro_run,
+    progress_records,
     read_table,
     run,
     split_bronze,
@@ -75,12 +76,16 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     # Nothing has run: nothing committed, nothing running; the dry run builds
     # both queries, writes nothing and makes no checkpoint.
     status = status_lines(project_bin, fresh_project)
-    assert set(status) == {"bronze_trips", "hourly_borough_summary"}
+    assert set(status) == {
+        "bronze_trips",
+        "hourly_borough_summary",
+        "quarantined_trips",
+    }
     for line in status.values():
         assert "no batch committed yet" in line and "not running" in line
     result = streams(project_bin, fresh_project, "validate")
-    assert "query bronze_trips: ok" in result.stdout
-    assert "query hourly_borough_summary: ok" in result.stdout
+    for query in status:
+        assert f"query {query}: ok" in result.stdout
     assert checkpoints(fresh_project) == []
     assert not (data / "02_intermediate/bronze_trips").exists()
 
@@ -95,13 +100,14 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     status = status_lines(project_bin, fresh_project)
     assert_status_counts(status["bronze_trips"], batches, lines, expected)
     assert f"{len(expected.summary)} rows written" in status["hourly_borough_summary"]
+    assert (
+        f"{sum(expected.rejections.values())} rows written"
+        in (status["quarantined_trips"])
+    )
     assert "uncommitted" not in " ".join(status.values())
 
     # The persisted progress log: one record per micro-batch, the same figures.
-    records = [
-        json.loads(line)
-        for line in (data / "streams/progress.jsonl").read_text().splitlines()
-    ]
+    records = progress_records(fresh_project)
     bronze = [r for r in records if r["query"] == "bronze_trips"]
     assert [r["batch"] for r in bronze] == list(range(batches))
     assert sum(r["rows_written"] for r in bronze) == lines
@@ -131,7 +137,10 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
 
     # Reset bronze: every stream that reads it goes too, and both are rebuilt.
     result = streams(project_bin, fresh_project, "reset", "bronze_trips", "--yes")
-    assert "Reset bronze_trips, hourly_borough_summary." in result.stdout
+    assert (
+        "Reset bronze_trips, hourly_borough_summary, quarantined_trips."
+        in result.stdout
+    )
     assert not (data / "checkpoints/bronze_trips").exists()
     kedro_run(project_bin, fresh_project)
     assert_matches_reference(fresh_project, expected)
@@ -174,10 +183,14 @@ def test_validate_names_each_broken_query_and_writes_nothing(
         "parameter with name `rejection` cannot be resolved" in output
     )
     assert (
-        "'hourly_borough_summary' has output_mode 'complete', which a parquet "
-        "file sink does not support" in output
+        "query quarantined_trips: node select_rejected_trips fails: "
+        "[UNRESOLVED_COLUMN.WITH_SUGGESTION]" in output
     )
-    assert "2 problem(s)" in output
+    assert (
+        "'hourly_borough_summary' has output_mode 'complete', which a parquet "
+        "sink does not support" in output
+    )
+    assert "3 problem(s)" in output
 
     # A stateful aggregation without a watermark, in append mode.
     nodes.write_text(

@@ -77,6 +77,12 @@ def test_ingest_then_aggregate_file_by_file(project, spark):
         spark, valid, late_trips=2 * LATE_FILES, window_hours=(6, 7, 8)
     )
 
+    # The quarantine table holds exactly bronze's rejected records.
+    quarantined = read(spark, "02_intermediate/quarantined_trips")
+    assert sorted(map(repr, quarantined)) == sorted(
+        repr(row) for row in bronze if row.rejection_reason is not None
+    )
+
     # A second bounded run finds nothing new and writes nothing twice.
     run(project, "ingest")
     assert len(read(spark, "02_intermediate/bronze_trips")) == len(bronze)

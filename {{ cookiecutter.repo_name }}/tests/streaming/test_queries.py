@@ -11,6 +11,7 @@ from {{ cookiecutter.python_package }}.streaming.checks import (
     check_paths_reach_the_cluster,
     run_trigger,
 )
+from {{ cookiecutter.python_package }}.streaming.delta import check_delta_package
 from {{ cookiecutter.python_package }}.streaming.progress import ProgressLog
 from {{ cookiecutter.python_package }}.streaming.session import check_kafka_connector
 
@@ -97,6 +98,15 @@ BAD_CONFIGURATIONS = {
         "'in' has the secret option 'kafka.sasl.jaas.config' in its load_args: move it to "
         "an entry of conf/<env>/credentials.yml",
     ),
+    "append-only Delta sink in update mode": (
+        {"out": {**sink("out", output_mode="update"), "file_format": "delta"}},
+        "'out' has output_mode 'update', which a delta sink does not support",
+    ),
+    "merge_on outside Delta": (
+        {"out": sink("out", output_mode="update", merge_on=["id"])},
+        "'out' has merge_on, which upserts into a Delta table: give it "
+        "`file_format: delta`",
+    ),
     "unknown trigger": (
         {"out": sink("out", trigger={"every": "1 minute"})},
         "'out' has trigger {'every': '1 minute'}: use one of 'processingTime: ...'",
@@ -144,6 +154,36 @@ def test_kafka_connector_must_match_the_running_spark():
     # A Spark Connect server's connector is fixed where the server starts.
     with pytest.raises(StreamingConfigError, match="Fix: restart the server with"):
         check_kafka_connector(packages, "4.0.0", None, fix="restart the server with")
+
+
+def test_delta_package_must_be_built_for_the_running_spark():
+    with pytest.raises(StreamingConfigError) as error:
+        check_delta_package("io.delta:delta-spark_2.13:3.2.0", "4.0.0", "2.13")
+    message = str(error.value)
+    assert "io.delta:delta-spark_2.13:3.2.0, built for Spark 3.5" in message
+    assert "Fix: set spark.jars.packages" in message
+    assert "io.delta:delta-spark_2.13:4.0.0 (or a later 4.0.x release" in message
+
+    check_delta_package(
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0,"
+        "io.delta:delta-spark_2.13:4.0.0",
+        "4.0.0",
+        "2.13",
+    )
+    # A cluster or Connect server running another Spark than the local one.
+    with pytest.raises(
+        StreamingConfigError, match="running Spark is 4.1.0.*delta-spark_2.13:4.3.0"
+    ):
+        check_delta_package("io.delta:delta-spark_2.13:4.0.0", "4.1.0", None)
+
+
+def test_a_stream_without_a_sink_fails_before_any_query_starts():
+    """An output of the run's streams with no catalog entry would stay in memory."""
+    catalog = DataCatalog.from_config({"in": SOURCE})
+    nodes = pipeline([node(lambda df: df, "in", "live_summary")])
+    hooks = StreamingQueryHooks()
+    with pytest.raises(StreamingConfigError, match="No sink for 'live_summary'"):
+        hooks.before_pipeline_run({}, nodes, catalog)
 
 
 def test_relative_paths_are_refused_when_spark_is_elsewhere():

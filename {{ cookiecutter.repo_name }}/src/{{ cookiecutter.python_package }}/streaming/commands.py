@@ -26,10 +26,9 @@ from kedro.io import DataCatalog
 from kedro.io.core import DatasetError
 from kedro.pipeline import Pipeline
 
+from . import delta
 from .checks import check_run, headline, streaming_datasets
 from .dataset import SparkStreamingDataset
-from .delta import DELTA_FORMAT, optimize as optimize_table, table_version
-from .delta import vacuum as vacuum_table
 from .errors import StreamingConfigError
 from .progress import describe_expectations
 from .session import spark_session
@@ -110,8 +109,8 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
             parts.append(
                 f"uncommitted batch {checkpoint['pending']} (the next run redoes it)"
             )
-        if dataset.file_format == DELTA_FORMAT:
-            version = table_version(dataset.path)
+        if dataset.file_format == delta.DELTA_FORMAT:
+            version = delta.table_version(dataset.path)
             parts.append(
                 "no Delta table yet" if version is None else f"Delta version {version}"
             )
@@ -271,10 +270,10 @@ def optimize(metadata, datasets: tuple[str, ...], env: str | None, pipelines):
     project = _open(metadata, env, pipelines or list(registered_pipelines))
     spark = spark_session()
     for name, dataset in _delta_tables(project, datasets).items():
-        metrics = optimize_table(spark, dataset.path)
+        metrics = delta.optimize(spark, dataset.path)
         click.echo(
             f"{name}: {metrics['numFilesRemoved']} files compacted into "
-            f"{metrics['numFilesAdded']}, Delta version {table_version(dataset.path)}"
+            f"{metrics['numFilesAdded']}, Delta version {delta.table_version(dataset.path)}"
         )
 
 
@@ -308,7 +307,7 @@ def vacuum(
     project = _open(metadata, env, pipelines or list(registered_pipelines))
     spark = spark_session()
     for name, dataset in _delta_tables(project, datasets).items():
-        deleted = vacuum_table(spark, dataset.path, retain_hours)
+        deleted = delta.vacuum(spark, dataset.path, retain_hours)
         click.echo(f"{name}: {deleted} unused files deleted")
 
 
@@ -319,7 +318,7 @@ def _delta_tables(
     tables = {
         name: dataset
         for name, dataset in project.sinks.items()
-        if dataset.file_format == DELTA_FORMAT
+        if dataset.file_format == delta.DELTA_FORMAT
     }
     unknown = [name for name in names if name not in tables]
     if unknown or not tables:

@@ -83,6 +83,12 @@ def spark_session() -> SparkSession:
         _log_settings_the_server_keeps(spark, conf, remote)
     else:
         spark.sparkContext.setLogLevel("WARN")
+        # Delta's MERGE keeps its source in a local checkpoint, and Spark warns
+        # that such an RDD cannot be recomputed, at every MERGE: not a problem.
+        log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.rdd.MapPartitionsRDD", log4j.Level.ERROR
+        )
     # The packages the running Spark loaded: a Connect server's or a cluster's
     # Spark may differ from the local PySpark.
     for check in (check_kafka_connector, check_delta_package):

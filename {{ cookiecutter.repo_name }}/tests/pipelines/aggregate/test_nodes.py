@@ -1,6 +1,7 @@
 from datetime import datetime
 
 from {{ cookiecutter.python_package }}.pipelines.aggregate.nodes import (
+    select_rejected_trips,
     select_valid_trips,
     summarise_hourly_by_borough,
 )
@@ -84,7 +85,7 @@ def test_summary_per_hour_and_pickup_borough(spark):
     ]
 
 
-def test_only_valid_trips_reach_the_summary(spark):
+def test_valid_trips_reach_the_summary_rejected_ones_the_quarantine(spark):
     bronze = spark.createDataFrame(
         [
             (1, None, None),
@@ -98,3 +99,6 @@ def test_only_valid_trips_reach_the_summary(spark):
 
     assert valid.columns == ["PULocationID"]
     assert sorted(row.PULocationID for row in valid.collect()) == [1, 3]
+    quarantined = select_rejected_trips(bronze)
+    assert quarantined.columns == bronze.columns
+    assert quarantined.collect() == [(2, "negative fare_amount", '{"fare_amount": -5}')]
