@@ -9,10 +9,14 @@ round after round, on the same data and with the same PySpark and spark.yml:
 - ingest alone: ``handwritten.py --stage ingest`` and
   ``kedro run --pipeline ingest --params trigger=available_now``.
 
+With ``--compare delta``, the pairs are the project's parquet tables
+(``kedro run``) and its Delta environment (``kedro run --env delta``) instead.
+
 Every run starts from empty tables and checkpoints and prints its wall time;
 the summary gives every round, the mean ratio and rows/s.
 
     python benchmarks/batch.py [--rows 1000000] [--files 20] [--rounds 2]
+                               [--compare handwritten|delta]
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ def main() -> None:
         default=REAL_ZONES if REAL_ZONES.is_file() else None,
         help="zone lookup CSV (default: TLC's, if ../shared has it; else the example's)",
     )
+    parser.add_argument(
+        "--compare",
+        choices=("handwritten", "delta"),
+        default="handwritten",
+        help="what `kedro run` is compared with: the hand-written script "
+        "(default), or the same project with --env delta",
+    )
     args = parser.parse_args()
 
     project, python = bench_project(args.workdir)
@@ -59,6 +70,17 @@ def main() -> None:
             kedro + ["--pipeline", "ingest", *BOUNDED],
         ),
     }
+    names = ("hand-written", "kedro")
+    if args.compare == "delta":
+        delta = [*kedro, "--env", "delta"]
+        pairs = {
+            "example": (kedro + BOUNDED, delta + BOUNDED),
+            "ingest": (
+                kedro + ["--pipeline", "ingest", *BOUNDED],
+                delta + ["--pipeline", "ingest", *BOUNDED],
+            ),
+        }
+        names = ("parquet", "delta")
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in pairs}
     throughput: dict[str, list[str]] = {name: [] for name in pairs}
     for round_number in range(1, args.rounds + 1):
@@ -66,10 +88,11 @@ def main() -> None:
             hand_seconds, hand_output = timed(by_hand, project, args.workdir)
             kedro_seconds, kedro_output = timed(with_kedro, project, args.workdir)
             results[name].append((hand_seconds, kedro_seconds))
-            throughput[name].append(rates(hand_output, kedro_output))
+            throughput[name].append(rates((hand_output, kedro_output), names))
             print(
-                f"round {round_number} {name:8s} hand-written {hand_seconds:6.1f} s"
-                f"   kedro {kedro_seconds:6.1f} s   ratio {kedro_seconds / hand_seconds:.2f}",
+                f"round {round_number} {name:8s} {names[0]} {hand_seconds:6.1f} s"
+                f"   {names[1]} {kedro_seconds:6.1f} s"
+                f"   ratio {kedro_seconds / hand_seconds:.2f}",
                 flush=True,
             )
 
@@ -77,8 +100,8 @@ def main() -> None:
     for name, runs in results.items():
         ratios = [kedro / hand for hand, kedro in runs]
         print(
-            f"{name:8s} hand-written {', '.join(f'{h:.1f}' for h, _ in runs)} s; "
-            f"kedro {', '.join(f'{k:.1f}' for _, k in runs)} s; "
+            f"{name:8s} {names[0]} {', '.join(f'{h:.1f}' for h, _ in runs)} s; "
+            f"{names[1]} {', '.join(f'{k:.1f}' for _, k in runs)} s; "
             f"ratio {', '.join(f'{r:.2f}' for r in ratios)} (mean {sum(ratios) / len(ratios):.2f})"
         )
         print(f"         rows/s {throughput[name][-1]}")
@@ -147,6 +170,8 @@ def timed(command: list, project: Path, workdir: Path) -> tuple[float, str]:
     for folder in ("02_intermediate", "08_reporting", "checkpoints"):
         shutil.rmtree(project / "data" / folder, ignore_errors=True)
         (project / "data" / folder).mkdir()
+    for folder in ("delta", "streams"):
+        shutil.rmtree(project / "data" / folder, ignore_errors=True)
     shutil.rmtree(workdir / "handwritten", ignore_errors=True)
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"}
     started = time.monotonic()
@@ -164,26 +189,28 @@ def timed(command: list, project: Path, workdir: Path) -> tuple[float, str]:
     return seconds, result.stdout + result.stderr
 
 
-def rates(hand_output: str, kedro_output: str) -> str:
-    """Rows/s per step: the script's stages; each of the project's queries,
-    over the time its micro-batches took."""
-    parts = [
-        f"hand-written {stage} {int(rows) / float(seconds):,.0f}"
-        for stage, rows, seconds in re.findall(
-            r"^(\w+): (\d+) rows in ([\d.]+) s", hand_output, re.MULTILINE
-        )
-    ]
-    rows: dict[str, int] = {}
-    millis: dict[str, int] = {}
-    for query, rows_in, ms in re.findall(
-        r"Query (\w+) batch \d+: (\d+) rows in, .*?(\d+) ms", kedro_output
-    ):
-        rows[query] = rows.get(query, 0) + int(rows_in)
-        millis[query] = millis.get(query, 0) + int(ms)
-    parts += [
-        f"kedro {query} {rows[query] * 1000 / max(millis[query], 1):,.0f}"
-        for query in rows
-    ]
+def rates(outputs: tuple[str, str], names: tuple[str, str]) -> str:
+    """Rows/s per step of each run: the script's stages; each of the project's
+    queries, over the time its micro-batches took."""
+    parts = []
+    for output, name in zip(outputs, names):
+        parts += [
+            f"{name} {stage} {int(rows) / float(seconds):,.0f}"
+            for stage, rows, seconds in re.findall(
+                r"^(\w+): (\d+) rows in ([\d.]+) s", output, re.MULTILINE
+            )
+        ]
+        rows: dict[str, int] = {}
+        millis: dict[str, int] = {}
+        for query, rows_in, ms in re.findall(
+            r"Query (\w+) batch \d+: (\d+) rows in, .*?(\d+) ms", output
+        ):
+            rows[query] = rows.get(query, 0) + int(rows_in)
+            millis[query] = millis.get(query, 0) + int(ms)
+        parts += [
+            f"{name} {query} {rows[query] * 1000 / max(millis[query], 1):,.0f}"
+            for query in rows
+        ]
     return "; ".join(parts)
 
 

@@ -3,7 +3,8 @@
 What a data engineer would write without Kedro: read the JSON trips as a typed
 stream into a parquet file sink, then read that sink back as a stream, join it
 with the zone lookup, and write 1-hour windows per pickup borough with a
-10-minute watermark, in append mode. Bounded (availableNow), one stage after
+10-minute watermark, in append mode, while a second stream over the sink
+writes the rows failing a check to a quarantine table. Bounded (availableNow), one stage after
 the other, with the Spark settings of the generated project's spark.yml.
 
     python benchmarks/handwritten.py PROJECT_DIR OUT_DIR [--stage ingest|aggregate|all]
@@ -60,13 +61,20 @@ def aggregate(spark: SparkSession, zones_csv: str, out: Path) -> int:
             F.avg("total_amount").alias("avg_amount"),
         )
     )
-    query = run_bounded(summary, out, "summary")
+    # Beside the summary, as the project's quarantined_trips: a second query
+    # over bronze that keeps the rows failing a check.
+    quarantine = start_bounded(
+        trips.filter("fare_amount < 0 OR PULocationID IS NULL"), out, "quarantine"
+    )
+    query = start_bounded(summary, out, "summary")
+    for running in (query, quarantine):
+        running.awaitTermination()
     return sum(p["numInputRows"] for p in query.recentProgress)
 
 
-def run_bounded(frame: DataFrame, out: Path, name: str) -> StreamingQuery:
-    """Appends ``frame`` to the parquet table ``out/name`` until the data
-    available now is processed."""
+def start_bounded(frame: DataFrame, out: Path, name: str) -> StreamingQuery:
+    """Starts appending ``frame`` to the parquet table ``out/name``, until the
+    data available now is processed."""
     query = (
         frame.writeStream.format("parquet")
         .outputMode("append")
@@ -74,6 +82,11 @@ def run_bounded(frame: DataFrame, out: Path, name: str) -> StreamingQuery:
         .trigger(availableNow=True)
         .start(str(out / name))
     )
+    return query
+
+
+def run_bounded(frame: DataFrame, out: Path, name: str) -> StreamingQuery:
+    query = start_bounded(frame, out, name)
     query.awaitTermination()
     return query
 

@@ -107,6 +107,7 @@ def test_kedro_commands_start_no_spark_and_viz_shows_the_pipelines(
     commands = [
         [kedro, "catalog", "describe-datasets"],
         [kedro, "catalog", "describe-datasets", "--env", "kafka"],
+        [kedro, "catalog", "describe-datasets", "--env", "delta"],
         [kedro, "registry", "list"],
         [kedro, "viz", "build", "--include-hooks"],
     ]
@@ -125,6 +126,7 @@ def test_kedro_commands_start_no_spark_and_viz_shows_the_pipelines(
         "__default__",
         "ingest",
         "aggregate",
+        "live",
         "publish",
     }
     default = json.loads((project / "build/api/pipelines/__default__").read_text())
@@ -132,6 +134,7 @@ def test_kedro_commands_start_no_spark_and_viz_shows_the_pipelines(
         "parse_trips",
         "check_trips",
         "select_valid_trips",
+        "select_rejected_trips",
         "summarise_hourly_by_borough",
     }
 
