@@ -188,7 +188,8 @@ def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(
     servers = broker_log_on_failure.bootstrap_servers
     project = tmp_path / "project"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
-    trips_topic, summary_topic = point_at_broker(project, servers)
+    # Larger micro-batches than elsewhere: fewer Delta commits, a faster test.
+    trips_topic, summary_topic = point_at_broker(project, servers, 2 * CHUNK)
     combine_environments(project, "delta_kafka", "kafka", "delta")
 
     lines = bundled_lines(project)
@@ -239,7 +240,9 @@ def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(
 
     boroughs = zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv")
     settings = example_settings(project)
-    expected = expected_outputs(message_batches(messages, CHUNK), boroughs, settings)
+    expected = expected_outputs(
+        message_batches(messages, 2 * CHUNK), boroughs, settings
+    )
     assert_matches_reference(project, expected, "data/delta", live=True)
 
     # Valid + quarantined = input, offset by offset, each with its payload.

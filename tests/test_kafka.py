@@ -159,7 +159,7 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
             return 0
         # The valid trips: bronze also keeps the rejected records.
         return sum(
-            pd.read_table(path).rejection_reason.isna().sum()
+            pd.read_parquet(path).rejection_reason.isna().sum()
             for path in committed_files(bronze_dir)
         )
 
@@ -347,7 +347,7 @@ def committed_rows(table: Path) -> int:
     log = table / "_spark_metadata"
     if not log.is_dir() or not any(p.name[0].isdigit() for p in log.iterdir()):
         return 0
-    return sum(len(pd.read_table(path)) for path in committed_files(table))
+    return sum(len(pd.read_parquet(path)) for path in committed_files(table))
 
 
 def wait_until(condition, seconds: float) -> None:

@@ -1,4 +1,7 @@
+from pathlib import Path
+
 import pytest
+import yaml
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 
@@ -254,3 +257,13 @@ def test_progress_log_counts_every_batch_and_keeps_totals_only(spark, tmp_path):
     assert totals["rows_written"] == totals["input_rows"]
     # The same keys after 3 and 12 batches: one counter per figure, nothing per batch.
     assert held[3] == held[12] == [("ticks", sorted(totals))]
+
+
+def test_delta_state_is_rebuilt_in_as_few_tasks_as_shuffles():
+    """Delta's default of 50 tasks to rebuild a table's state cost about a
+    second per micro-batch on a laptop, in every query of --env delta."""
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    base = yaml.safe_load((conf / "base/spark.yml").read_text())
+    delta = yaml.safe_load((conf / "delta/spark.yml").read_text())
+    partitions = int(delta["spark.databricks.delta.snapshotPartitions"])
+    assert partitions <= int(base["spark.sql.shuffle.partitions"])

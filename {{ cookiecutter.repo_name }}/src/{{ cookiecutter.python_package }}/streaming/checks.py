@@ -80,9 +80,7 @@ def check_streams_have_sinks(
         return
     downstream = pipeline.from_inputs(*streaming).all_outputs()
     lost = sorted(
-        name
-        for name in pipeline.outputs() & downstream
-        if not _declared(catalog, name)
+        name for name in pipeline.outputs() & downstream if not _declared(catalog, name)
     )
     if lost:
         raise StreamingConfigError(
