@@ -407,6 +407,8 @@ class Expected:
     # Per micro-batch: the records each expectation caught, and "unparsed".
     batch_counts: list[Counter] = field(default_factory=list)
     late_trips: int = 0
+    # (window start, pickup borough): the late trips dropped from that window.
+    late_by_window: Counter = field(default_factory=Counter)
     tombstones: int = 0
     # Closed windows (the append-mode summary), and every window (the live one).
     summary: pd.DataFrame | None = None
@@ -443,10 +445,12 @@ def expected_outputs(
         out.bronze += valid
         for trip in valid:
             start = _window_start(trip["lpep_dropoff_datetime"], window)
+            key = (start, boroughs.get(trip["PULocationID"], "Unknown"))
             if late_wm is not None and start + window <= late_wm:
                 out.late_trips += 1
+                out.late_by_window[key] += 1
                 continue
-            state[(start, boroughs.get(trip["PULocationID"], "Unknown"))].append(trip)
+            state[key].append(trip)
         if valid:
             batch_wm = max(t["lpep_dropoff_datetime"] for t in valid) - delay
             late_wm = eviction_wm
