@@ -57,11 +57,6 @@ from support import (
 )
 
 DELTA_KAFKA_PIPELINES = "ingest,aggregate,live,publish"
-KILL_POINTS = [
-    "Started streaming query 'bronze_trips'",  # at the first batch
-    "Query bronze_trips batch 3:",  # between ingest batches
-    "Query hourly_borough_summary batch 4:",  # during a later aggregate batch
-]
 
 
 # `kedro run`, in a process that kills itself (SIGKILL) right after the live
@@ -363,7 +358,9 @@ def test_corrupt_files_sigkill_at_three_points(
         return bool(pending)
 
     # The first kill lands inside the first batch, the others at the log lines.
-    for number, marker in enumerate([mid_batch, *KILL_POINTS[1:]]):
+    # One crash here (the Kafka-to-Delta test has the others): inside the first
+    # batch, which leaves it uncommitted.
+    for number, marker in enumerate([mid_batch]):
         run_until_then_kill(
             project_bin, fresh_project, marker, fresh_project / f"killed-{number}.log"
         )
