@@ -82,7 +82,7 @@ def test_example_on_a_standalone_cluster(
     before = executor_task_counts(spark_cluster)
 
     result = run(
-        [project_bin / "kedro", "run", "--env", "cluster", *BOUNDED],
+        [project_bin / "kedro", "run", "--env", "cluster", *AS_SHIPPED],
         cwd=fresh_project,
         env=variables,
         timeout=600,
@@ -101,7 +101,9 @@ def test_example_on_a_standalone_cluster(
     ]
     assert_matches_reference(
         fresh_project,
-        example_reference(fresh_project, input_root=data_root / "01_raw"),
+        example_reference(
+            fresh_project, one_batch=True, input_root=data_root / "01_raw"
+        ),
         output_root=str(data_root / "cluster"),
     )
 

@@ -204,7 +204,8 @@ def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(
     stream, three crashes (during an ingest batch, between the pipelines,
     after a MERGE but before its batch was recorded), one rerun: every message
     lands exactly once, in bronze or in quarantine with its reason and offset,
-    and every micro-batch is one commit of its table."""
+    and every micro-batch is one commit of its table; then `status` (Kafka
+    lag) and `reset` of the Kafka sink."""
     servers = broker_log_on_failure.bootstrap_servers
     project = tmp_path / "project"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
@@ -305,19 +306,67 @@ def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(
 
     # The Kafka sink is at least once: every summary row, perhaps more than once.
     summary = read_table(tables, "08_reporting/hourly_borough_summary")
+    records = consume_all(servers, summary_topic, expected=len(summary))
     published = {
         (
             r.key.decode(),
             json.loads(r.value)["window_start"][:16],
             json.loads(r.value)["trip_count"],
         )
-        for r in consume_all(servers, summary_topic, expected=len(summary))
+        for r in records
     }
     stored = {
         (row.pickup_borough, row.window_start.isoformat()[:16], row.trip_count)
         for row in summary.itertuples()
     }
     assert published == stored
+
+    assert_lag_and_kafka_sink_reset(
+        project_bin,
+        project,
+        run_args,
+        servers,
+        (trips_topic, summary_topic),
+        published=len(records),
+    )
+
+
+def assert_lag_and_kafka_sink_reset(
+    project_bin: Path,
+    project: Path,
+    run_args: list[str],
+    servers: str,
+    topics: tuple[str, str],
+    *,
+    published: int,
+) -> None:
+    """`kedro streams status` shows how far ingest is behind the trips topic;
+    `reset` of the Kafka sink removes its checkpoint, not the ``published``
+    rows in its topic."""
+    trips_topic, summary_topic = topics
+
+    def lag() -> str:
+        status = streams(project_bin, project, "status", *run_args).stdout
+        return re.search(rf"raw_trips lag {trips_topic} (\d+) messages", status)[1]
+
+    assert lag() == "0"
+    send_to_one_partition(servers, trips_topic, [b"{}"] * 5)
+    assert lag() == "5"
+
+    checkpoint = project / "data/delta/checkpoints/hourly_borough_summary_messages"
+    assert checkpoint.exists() and published > 0
+    result = streams(
+        project_bin,
+        project,
+        "reset",
+        "hourly_borough_summary_messages",
+        "--env",
+        "delta_kafka",
+        "--yes",
+    )
+    assert "Its Kafka topic is left alone" in " ".join(result.stdout.split())
+    assert not checkpoint.exists()
+    assert len(consume_all(servers, summary_topic, expected=published)) == published
 
 
 def test_corrupt_files_sigkill_mid_batch_then_rerun(

@@ -3,8 +3,8 @@ Spark: before any run, after bounded runs, after a reset and a rerun (compared
 with the independent reference), and on broken queries.
 
 The commands during a continuous run are in `test_starter.py` (SIGTERM test),
-after a kill -9 mid-batch in `test_guarantees.py`, and Kafka lag in
-`test_kafka.py`.
+after a kill -9 mid-batch, Kafka lag and a Kafka sink's reset in
+`test_guarantees.py`.
 """
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ def test_progress_log_counts_every_batch_and_keeps_totals_only(spark, tmp_path):
     query = query_sink.query
     held = {}
     try:
-        for batches in (3, 12):
+        for batches in (2, 6):
             # Several batches between updates: none may be missed or counted twice.
             while (query.lastProgress or {"batchId": -1})["batchId"] < batches:
                 assert query.exception() is None
@@ -255,8 +255,8 @@ def test_progress_log_counts_every_batch_and_keeps_totals_only(spark, tmp_path):
     assert totals["batches"] == len(reports)
     assert totals["input_rows"] == sum(report.numInputRows for report in reports) > 0
     assert totals["rows_written"] == totals["input_rows"]
-    # The same keys after 3 and 12 batches: one counter per figure, nothing per batch.
-    assert held[3] == held[12] == [("ticks", sorted(totals))]
+    # The same keys after 2 and 6 batches: one counter per figure, nothing per batch.
+    assert held[2] == held[6] == [("ticks", sorted(totals))]
 
 
 def test_delta_state_is_rebuilt_in_as_few_tasks_as_shuffles():
