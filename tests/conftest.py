@@ -73,11 +73,14 @@ def project_bin(generated_project, tmp_path_factory) -> Path:
         "-q",
         "--disable-pip-version-check",
     ]
-    run([*pip_install, "-r", "requirements.txt"], cwd=generated_project, timeout=1500)
     # Editable with the dev extra (pytest, ruff, kedro-viz), as the README says,
     # so `python -m <package>.<command>` works; the copies the tests run in hold
-    # the same code and read their own conf/ and data/.
-    run([*pip_install, "-e", ".[dev,connect]"], cwd=generated_project, timeout=900)
+    # the same code and read their own conf/ and data/. One pip run: one resolve.
+    run(
+        [*pip_install, "-r", "requirements.txt", "-e", ".[dev,connect]"],
+        cwd=generated_project,
+        timeout=1500,
+    )
     return bin_dir
 
 
