@@ -21,10 +21,10 @@ pytest.register_assert_rewrite("support")
 
 from support import (  # noqa: E402
     PACKAGE,
-    PROJECT_NAME,
     SASL_PASSWORD,
     SASL_USER,
-    STARTER_ROOT,
+    generate_project,
+    install_project,
     run,
     tool_service,
 )
@@ -32,26 +32,9 @@ from support import (  # noqa: E402
 
 @pytest.fixture(scope="session")
 def generated_project(tmp_path_factory) -> Path:
-    """A pristine project, as `kedro new --starter=<this repo> --config` makes it."""
-    workdir = tmp_path_factory.mktemp("generated")
-    config = workdir / "config.yml"
-    config.write_text(f"project_name: {PROJECT_NAME}\noutput_dir: {workdir}\n")
-    run(
-        [
-            sys.executable,
-            "-m",
-            "kedro",
-            "new",
-            "--starter",
-            str(STARTER_ROOT),
-            "--config",
-            str(config),
-            "--telemetry",
-            "no",
-        ],
-        cwd=workdir,
-    )
-    return workdir / "taxi-rides"
+    """A pristine project, as `kedro new --starter=<this repo> --config` makes it
+    (the default Spark line)."""
+    return generate_project(tmp_path_factory.mktemp("generated"))
 
 
 @pytest.fixture(scope="session")
@@ -62,26 +45,7 @@ def project_bin(generated_project, tmp_path_factory) -> Path:
     """
     if os.environ.get("STARTER_PROJECT_VENV"):
         return Path(os.environ["STARTER_PROJECT_VENV"]) / "bin"
-    env_dir = tmp_path_factory.mktemp("venv")
-    venv.create(env_dir, with_pip=True)
-    bin_dir = env_dir / "bin"
-    pip_install = [
-        bin_dir / "python",
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--disable-pip-version-check",
-    ]
-    # Editable with the dev extra (pytest, ruff, kedro-viz), as the README says,
-    # so `python -m <package>.<command>` works; the copies the tests run in hold
-    # the same code and read their own conf/ and data/. One pip run: one resolve.
-    run(
-        [*pip_install, "-r", "requirements.txt", "-e", ".[dev,connect]"],
-        cwd=generated_project,
-        timeout=1500,
-    )
-    return bin_dir
+    return install_project(generated_project, tmp_path_factory.mktemp("venv"))
 
 
 @pytest.fixture(scope="session")

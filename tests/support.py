@@ -7,15 +7,20 @@ Fixtures live in `conftest.py`; test modules import from here and from
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import math
 import os
+import random
 import re
+import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
+import venv
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +28,7 @@ import pandas as pd
 import pytest
 import yaml
 from deltalake import DeltaTable
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, KafkaProducer
 from reference import (
     SUMMARY_COLUMNS,
     example_settings,
@@ -39,6 +44,10 @@ SHARED_DATA = Path(
     )
 )
 PROJECT_NAME = "Taxi Rides"
+# The Spark line the suite runs on: cookiecutter.json's default.
+SPARK_VERSION = json.loads((STARTER_ROOT / "cookiecutter.json").read_text())[
+    "spark_version"
+]
 PACKAGE = "taxi_rides"
 # The SASL/PLAIN user of the test broker; tests check the password is never printed.
 SASL_USER, SASL_PASSWORD = "taxi-app", f"pw-{uuid.uuid4().hex}"
@@ -123,6 +132,44 @@ def run(
             f"--- stdout ---\n{result.stdout[-8000:]}\n--- stderr ---\n{result.stderr[-8000:]}"
         )
     return result
+
+
+def generate_project(workdir: Path, **config: str) -> Path:
+    """`kedro new --starter=<this repo> --config`, as a user scripts it.
+
+    Args:
+        workdir: Where the project folder is made.
+        config: Further keys of the config file, e.g. ``spark_version``.
+    """
+    path = workdir / "config.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {"project_name": PROJECT_NAME, "output_dir": str(workdir), **config}
+        )
+    )
+    kedro_new = [sys.executable, "-m", "kedro", "new", "--starter", str(STARTER_ROOT)]
+    run([*kedro_new, "--config", str(path), "--telemetry", "no"], cwd=workdir)
+    return workdir / "taxi-rides"
+
+
+def install_project(project: Path, env_dir: Path) -> Path:
+    """A fresh virtualenv with ``project`` installed, as its README says (the
+    dev and connect extras too); returns its bin/ folder."""
+    venv.create(env_dir, with_pip=True)
+    bin_dir = env_dir / "bin"
+    # Editable, so `python -m <package>.<command>` works; the copies the tests
+    # run in hold the same code and read their own conf/ and data/. One pip
+    # run: one resolve.
+    run(
+        [
+            bin_dir / "python",
+            *("-m", "pip", "install", "-q", "--disable-pip-version-check"),
+            *("-r", "requirements.txt", "-e", ".[dev,connect]"),
+        ],
+        cwd=project,
+        timeout=1500,
+    )
+    return bin_dir
 
 
 def kedro_run(
@@ -451,3 +498,96 @@ def consume_all(servers: str, topic: str, expected: int, timeout: float = 60) ->
     finally:
         consumer.close()
     return records
+
+
+def run_until_then_kill(
+    bin_dir: Path, project: Path, marker, log_path: Path, *args: str, command=None
+) -> None:
+    """Starts a bounded `kedro run` (or ``command`` with its arguments),
+    SIGKILLs its process group once ``marker`` is logged (or, for a function,
+    once it returns true)."""
+    reached = marker if callable(marker) else lambda: marker in log_path.read_text()
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [*(command or [bin_dir / "kedro"]), "run", *args, *BOUNDED],
+            cwd=project,
+            env=quiet_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not reached():
+                if process.poll() is not None:  # ended, or killed itself
+                    assert reached(), (
+                        f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
+                    )
+                    break
+                assert time.monotonic() < deadline, f"never logged {marker!r}"
+                time.sleep(0.05 if callable(marker) else 0.2)
+        finally:
+            # The whole group, JVM included: as close to a crash as it gets.
+            with contextlib.suppress(ProcessLookupError):  # all gone already
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
+
+
+def bad_messages(template: dict, rule_breakers: list[dict]) -> list[bytes | None]:
+    """Every kind of bad Kafka message the ingest pipeline must quarantine, and
+    trips that break each expectation (``tools.trips.rule_breaking_trips``)."""
+
+    def record(**changes) -> bytes:
+        return json.dumps({**template, **changes}).encode()
+
+    garbage = random.Random(7).randbytes(300)
+    return [
+        b"this is not json",
+        b"\xff\xfe" + garbage,  # binary, not UTF-8
+        record(passenger_count="two", fare_amount="ten"),  # wrong types
+        record(trip_distance={"km": 3}),  # an object for a number
+        # required fields missing
+        json.dumps({"VendorID": 2, "store_and_fwd_flag": "N"}).encode(),
+        b"",  # empty message
+        None,  # null value (tombstone)
+        record(PULocationID="x" * 1_000_000),  # about 1 MB
+        record(fare_amount=-12.5, total_amount=-14.3),  # negative amounts
+        record(total_amount=99_999_999.0),  # absurd amount
+        # dropoff before pickup
+        record(
+            lpep_pickup_datetime=template["lpep_dropoff_datetime"],
+            lpep_dropoff_datetime="2024-03-01 05:00:00",
+        ),
+        record(PULocationID=999, DOLocationID=0),  # unknown location IDs
+        b"[]",
+        b"42",
+        b"null",
+        b'{"VendorID": 2, "lpep_pickup_datetime": "2024-03-',  # truncated
+        record(trip_distance=99_999.0),  # an impossible distance
+        record(store_and_fwd_flag="N" * 1_000_000),  # a megabyte in a one-letter flag
+        *[json.dumps(trip).encode() for trip in rule_breakers],
+    ]
+
+
+def send_to_one_partition(servers: str, topic: str, messages: list) -> None:
+    producer = KafkaProducer(
+        bootstrap_servers=servers, acks="all", max_request_size=2_000_000
+    )
+    try:
+        for message in messages:
+            # A tombstone needs a key: Kafka refuses a message with neither.
+            key = b"tombstone" if message is None else None
+            producer.send(topic, key=key, value=message, partition=0)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def payload(message: bytes | None) -> str | None:
+    """What `raw_payload` must hold for a message: its text, or base64 bytes."""
+    if message is None:
+        return None
+    try:
+        return message.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(message).decode()

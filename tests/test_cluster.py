@@ -27,6 +27,7 @@ from support import (
     BOUNDED,
     CHUNK,
     PACKAGE,
+    SPARK_VERSION,
     assert_matches_reference,
     bundled_lines,
     example_reference,
@@ -349,9 +350,15 @@ def test_connect_server_with_another_connector_fails_before_any_stream(
     output = " ".join(result.output.split())  # the error may be wrapped
     kept = re.search(r"keeps its own (.*?): set them where", output)
     assert {"spark.driver.memory", "spark.jars.packages"} <= set(kept[1].split(", "))
-    assert "spark-sql-kafka-0-10_2.13:3.5.1, but the running Spark is 4.0.0" in output
+    assert (
+        f"spark-sql-kafka-0-10_2.13:3.5.1, but the running Spark is {SPARK_VERSION}"
+        in output
+    )
     assert "restart the Spark Connect server at sc://" in output
-    assert "--packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0" in output
+    assert (
+        f"--packages org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
+        in output
+    )
     assert "Started streaming query" not in output
     assert not (data_root / "connect").exists()
 

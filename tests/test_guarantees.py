@@ -7,19 +7,14 @@ real files; every outcome is compared with the independent computation in
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import json
 import os
 import random
 import re
-import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
 
-from kafka import KafkaProducer
 from reference import (
     check,
     decode,
@@ -40,6 +35,7 @@ from support import (
     assert_matches_reference,
     assert_one_commit_per_batch,
     assert_summary,
+    bad_messages,
     batch_ids,
     bundled_lines,
     combine_environments,
@@ -47,10 +43,12 @@ from support import (
     delta_commits,
     free_port,
     kedro_run,
+    payload,
     point_at_broker,
-    quiet_env,
     read_table,
     run,
+    run_until_then_kill,
+    send_to_one_partition,
     split_bronze,
     streams,
 )
@@ -83,75 +81,6 @@ main()
 """
 
 
-def run_until_then_kill(
-    bin_dir: Path, project: Path, marker, log_path: Path, *args: str, command=None
-) -> None:
-    """Starts a bounded `kedro run` (or ``command`` with its arguments),
-    SIGKILLs its process group once ``marker`` is logged (or, for a function,
-    once it returns true)."""
-    reached = marker if callable(marker) else lambda: marker in log_path.read_text()
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [*(command or [bin_dir / "kedro"]), "run", *args, *BOUNDED],
-            cwd=project,
-            env=quiet_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + 300
-            while not reached():
-                if process.poll() is not None:  # ended, or killed itself
-                    assert reached(), (
-                        f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
-                    )
-                    break
-                assert time.monotonic() < deadline, f"never logged {marker!r}"
-                time.sleep(0.05 if callable(marker) else 0.2)
-        finally:
-            # The whole group, JVM included: as close to a crash as it gets.
-            with contextlib.suppress(ProcessLookupError):  # all gone already
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=60)
-
-
-def bad_messages(template: dict, rule_breakers: list[dict]) -> list[bytes | None]:
-    """Every kind of bad Kafka message the ingest pipeline must quarantine, and
-    trips that break each expectation (``tools.trips.rule_breaking_trips``)."""
-
-    def record(**changes) -> bytes:
-        return json.dumps({**template, **changes}).encode()
-
-    garbage = random.Random(7).randbytes(300)
-    return [
-        b"this is not json",
-        b"\xff\xfe" + garbage,  # binary, not UTF-8
-        record(passenger_count="two", fare_amount="ten"),  # wrong types
-        record(trip_distance={"km": 3}),  # an object for a number
-        # required fields missing
-        json.dumps({"VendorID": 2, "store_and_fwd_flag": "N"}).encode(),
-        b"",  # empty message
-        None,  # null value (tombstone)
-        record(PULocationID="x" * 1_000_000),  # about 1 MB
-        record(fare_amount=-12.5, total_amount=-14.3),  # negative amounts
-        record(total_amount=99_999_999.0),  # absurd amount
-        # dropoff before pickup
-        record(
-            lpep_pickup_datetime=template["lpep_dropoff_datetime"],
-            lpep_dropoff_datetime="2024-03-01 05:00:00",
-        ),
-        record(PULocationID=999, DOLocationID=0),  # unknown location IDs
-        b"[]",
-        b"42",
-        b"null",
-        b'{"VendorID": 2, "lpep_pickup_datetime": "2024-03-',  # truncated
-        record(trip_distance=99_999.0),  # an impossible distance
-        record(store_and_fwd_flag="N" * 1_000_000),  # a megabyte in a one-letter flag
-        *[json.dumps(trip).encode() for trip in rule_breakers],
-    ]
-
-
 def assert_live_after_crash(project: Path, expected) -> None:
     """The live table after the crashes: every window the reference has, each
     figure as the reference computes it, except that a window may count some
@@ -173,30 +102,6 @@ def assert_live_after_crash(project: Path, expected) -> None:
     assert (got.trip_count <= want.trip_count + late).all()
     same = got.trip_count == want.trip_count
     assert_summary(got[same], want[same].reset_index(drop=True))
-
-
-def send_to_one_partition(servers: str, topic: str, messages: list) -> None:
-    producer = KafkaProducer(
-        bootstrap_servers=servers, acks="all", max_request_size=2_000_000
-    )
-    try:
-        for message in messages:
-            # A tombstone needs a key: Kafka refuses a message with neither.
-            key = b"tombstone" if message is None else None
-            producer.send(topic, key=key, value=message, partition=0)
-        producer.flush()
-    finally:
-        producer.close()
-
-
-def payload(message: bytes | None) -> str | None:
-    """What `raw_payload` must hold for a message: its text, or base64 bytes."""
-    if message is None:
-        return None
-    try:
-        return message.decode("utf-8")
-    except UnicodeDecodeError:
-        return base64.b64encode(message).decode()
 
 
 def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(

@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import pyspark
 import pytest
 import yaml
 from kedro.io import DataCatalog
@@ -14,9 +15,15 @@ from {{ cookiecutter.python_package }}.streaming.checks import (
     check_paths_reach_the_cluster,
     run_trigger,
 )
-from {{ cookiecutter.python_package }}.streaming.delta import check_delta_package
+from {{ cookiecutter.python_package }}.streaming.delta import (
+    check_delta_package,
+    delta_package_for,
+)
 from {{ cookiecutter.python_package }}.streaming.progress import ProgressLog
-from {{ cookiecutter.python_package }}.streaming.session import check_kafka_connector
+from {{ cookiecutter.python_package }}.streaming.session import (
+    check_kafka_connector,
+    local_scala_version,
+)
 
 DATASET = "{{ cookiecutter.python_package }}.streaming.SparkStreamingDataset"
 SOURCE = {
@@ -141,43 +148,75 @@ def test_bad_configuration_fails_before_any_query_starts(case):
     assert all(catalog[name].query is None for name in config if name != "in")
 
 
-def test_kafka_connector_must_match_the_running_spark():
-    packages = "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1"
-    with pytest.raises(StreamingConfigError) as error:
-        check_kafka_connector(packages, "4.0.0", "2.13")
-    message = str(error.value)
-    assert "spark-sql-kafka-0-10_2.12:3.5.1" in message
-    assert "4.0.0 built for Scala 2.13" in message
-    assert "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0" in message
+@pytest.mark.parametrize("spark_version", ["4.0.0", "4.0.2", "4.1.1", "4.2.0", "4.3.0"])
+def test_kafka_connector_must_match_the_running_spark(spark_version):
+    for wrong in ("3.5.1", "4.1.1" if spark_version != "4.1.1" else "4.2.0"):
+        packages = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{wrong}"
+        with pytest.raises(StreamingConfigError) as error:
+            check_kafka_connector(packages, spark_version, "2.13")
+        message = str(error.value)
+        assert f"spark-sql-kafka-0-10_2.13:{wrong}, but the running Spark is" in message
+        assert f"{spark_version} built for Scala 2.13" in message
+        assert f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}" in message
 
     check_kafka_connector(
-        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0", "4.0.0", "2.13"
-    )
-
-    # A Spark Connect server's connector is fixed where the server starts.
-    with pytest.raises(StreamingConfigError, match="Fix: restart the server with"):
-        check_kafka_connector(packages, "4.0.0", None, fix="restart the server with")
-
-
-def test_delta_package_must_be_built_for_the_running_spark():
-    with pytest.raises(StreamingConfigError) as error:
-        check_delta_package("io.delta:delta-spark_2.13:3.2.0", "4.0.0", "2.13")
-    message = str(error.value)
-    assert "io.delta:delta-spark_2.13:3.2.0, built for Spark 3.5" in message
-    assert "Fix: set spark.jars.packages" in message
-    assert "io.delta:delta-spark_2.13:4.0.0 (or a later 4.0.x release" in message
-
-    check_delta_package(
-        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0,"
-        "io.delta:delta-spark_2.13:4.0.0",
-        "4.0.0",
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}",
+        spark_version,
         "2.13",
     )
-    # A cluster or Connect server running another Spark than the local one.
-    with pytest.raises(
-        StreamingConfigError, match="running Spark is 4.1.0.*delta-spark_2.13:4.3.0"
+    # A Spark Connect server's connector is fixed where the server starts.
+    with pytest.raises(StreamingConfigError, match="Fix: restart the server with"):
+        check_kafka_connector(
+            "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1",
+            spark_version,
+            None,
+            fix="restart the server with",
+        )
+
+
+# Each Spark line this project runs on, with the Delta package made for it
+# (Maven Central POMs: a line-suffixed artifact is built for its line, an
+# unsuffixed one per DELTA_BUILT_FOR). 4.0.1, 4.0.2 and 4.3.x are here too:
+# the checks hold for every release of a line, tested end to end or not.
+DELTA_FOR_SPARK = {
+    "4.0.0": "io.delta:delta-spark_4.0_2.13:4.4.0",
+    "4.0.2": "io.delta:delta-spark_4.0_2.13:4.4.0",
+    "4.1.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
+    "4.2.0": "io.delta:delta-spark_4.2_2.13:4.4.0",
+}
+
+
+@pytest.mark.parametrize("spark_version", [*DELTA_FOR_SPARK, "4.3.0"])
+def test_delta_package_must_be_built_for_the_running_spark(spark_version):
+    right = DELTA_FOR_SPARK.get(spark_version)
+    line = spark_version.rsplit(".", 1)[0]
+    if right:
+        check_delta_package(
+            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version},{right}",
+            spark_version,
+            "2.13",
+        )
+    # The same Delta release built for another Spark line, suffixed or not.
+    for wrong, built_for in (
+        ("io.delta:delta-spark_2.13:3.2.0", "3.5"),
+        ("io.delta:delta-spark_2.13:4.3.0", "4.1"),
+        ("io.delta:delta-spark_2.13:4.4.0", "4.2"),
+        ("io.delta:delta-spark_4.0_2.13:4.4.0", "4.0"),
+        ("io.delta:delta-spark_4.1_2.13:4.4.0", "4.1"),
     ):
-        check_delta_package("io.delta:delta-spark_2.13:4.0.0", "4.1.0", None)
+        if built_for == line:
+            check_delta_package(wrong, spark_version, "2.13")
+            continue
+        with pytest.raises(StreamingConfigError) as error:
+            check_delta_package(wrong, spark_version, "2.13")
+        message = str(error.value)
+        assert f"{wrong}, built for Spark {built_for}" in message
+        assert f"running Spark is {spark_version} built for Scala 2.13" in message
+        assert (
+            f"Fix: set spark.jars.packages in the environment's spark.yml to {right} ("
+            if right
+            else f"a Delta release built for Spark {line}; this project knows none"
+        ) in message
 
 
 def test_a_stream_without_a_sink_fails_before_any_query_starts():
@@ -267,3 +306,18 @@ def test_delta_state_is_rebuilt_in_as_few_tasks_as_shuffles():
     delta = yaml.safe_load((conf / "delta/spark.yml").read_text())
     partitions = int(delta["spark.databricks.delta.snapshotPartitions"])
     assert partitions <= int(base["spark.sql.shuffle.partitions"])
+
+
+def test_shipped_packages_fit_the_installed_pyspark():
+    """The Kafka connector and the Delta package of conf/ are the installed
+    PySpark's: one choice of Spark line when the project was made sets them all."""
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    version = pyspark.__version__
+    for env in ("base", "delta"):
+        packages = yaml.safe_load((conf / env / "spark.yml").read_text())[
+            "spark.jars.packages"
+        ]
+        assert f"spark-sql-kafka-0-10_2.13:{version}" in packages
+        check_kafka_connector(packages, version, local_scala_version())
+        check_delta_package(packages, version, local_scala_version())
+    assert delta_package_for(version) in packages

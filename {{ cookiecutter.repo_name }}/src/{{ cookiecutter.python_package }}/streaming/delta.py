@@ -23,8 +23,9 @@ from .errors import StreamingConfigError
 logger = logging.getLogger(__name__)
 
 DELTA_FORMAT = "delta"
-# The Spark minor version each Delta release line is built on: the spark-sql
-# dependency in the POM of io.delta:delta-spark on Maven Central.
+# The Spark minor version each Delta release line is built on, for the
+# artifacts without a Spark line in their name (io.delta:delta-spark_2.13):
+# the spark-sql dependency in their POMs on Maven Central.
 DELTA_BUILT_FOR = {
     "3.0": "3.5",
     "3.1": "3.5",
@@ -36,14 +37,42 @@ DELTA_BUILT_FOR = {
     "4.3": "4.1",
     "4.4": "4.2",
 }
+# Since Delta 4.1, each release is also published once per Spark line, with
+# the line in the artifact's name (io.delta:delta-spark_4.1_2.13): the newest
+# release and the Spark lines it is published for.
+NEWEST_DELTA = "4.4.0"
+NEWEST_DELTA_SPARK_LINES = ("4.0", "4.1", "4.2")
 _DELTA_PACKAGE = re.compile(
-    r"io\.delta:delta-spark_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
+    r"io\.delta:delta-spark(?:_(?P<line>\d+\.\d+))?_(?P<scala>\d+\.\d+):"
+    r"(?P<version>[^:,\s]+)"
 )
 # Delta's own switches for idempotent DML: a MERGE that carries an (app id,
 # version) pair the table has already recorded is skipped.
 _FIX = "set spark.jars.packages in the environment's spark.yml to"
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+def delta_package_for(spark_version: str, scala_version: str = "2.13") -> str | None:
+    """The newest Delta package built for this Spark's line, ``None`` if none is.
+
+    Args:
+        spark_version: A Spark version, e.g. ``4.1.1``.
+        scala_version: Its Scala binary version.
+    """
+    line = spark_line(spark_version)
+    if line in NEWEST_DELTA_SPARK_LINES:
+        return f"io.delta:delta-spark_{line}_{scala_version}:{NEWEST_DELTA}"
+    older = [v for v, built in DELTA_BUILT_FOR.items() if built == line]
+    if older:
+        newest = max(older, key=_version_key)
+        return f"io.delta:delta-spark_{scala_version}:{newest}.0"
+    return None
+
+
+def spark_line(version: str) -> str:
+    """The line (major.minor) of a Spark version: ``4.1.1`` -> ``4.1``."""
+    return ".".join(version.split(".")[:2])
 
 
 def check_delta_package(
@@ -54,8 +83,8 @@ def check_delta_package(
 ) -> None:
     """Fails unless the Delta package among ``packages`` fits this Spark.
 
-    A Delta release runs only on the Spark minor version it is built for;
-    on another, it fails at its first table with a missing class or method.
+    A Delta release runs only on the Spark line it is built for; on another,
+    it fails at its first table with a missing class or method.
 
     Args:
         packages: The value of ``spark.jars.packages``.
@@ -66,35 +95,30 @@ def check_delta_package(
     match = _DELTA_PACKAGE.search(packages)
     if match is None:
         return
-    spark_line = ".".join(spark_version.split(".")[:2])
-    built_for = DELTA_BUILT_FOR.get(".".join(match["version"].split(".")[:2]))
+    built_for = match["line"] or DELTA_BUILT_FOR.get(spark_line(match["version"]))
     wrong_scala = scala_version is not None and match["scala"] != scala_version
     if built_for is None:
         logger.warning(
             "Cannot check that %s fits Spark %s: this project knows Delta up to %s.",
             match[0],
             spark_version,
-            max(DELTA_BUILT_FOR, key=_version_key),
+            NEWEST_DELTA,
         )
-    if (built_for is None or built_for == spark_line) and not wrong_scala:
+    if (built_for is None or built_for == spark_line(spark_version)) and not wrong_scala:
         return
-    fitting = sorted(
-        (line for line, spark in DELTA_BUILT_FOR.items() if spark == spark_line),
-        key=_version_key,
-    )
-    scala = scala_version or match["scala"]
-    right = (
-        f"io.delta:delta-spark_{scala}:{fitting[-1]}.0 (or a later {fitting[-1]}.x "
-        "release; https://docs.delta.io/latest/releases.html)"
-        if fitting
-        else f"a Delta release built for Spark {spark_line}"
+    right = delta_package_for(spark_version, scala_version or match["scala"])
+    advice = (
+        f"{right} (https://docs.delta.io/latest/releases.html)"
+        if right
+        else f"a Delta release built for Spark {spark_line(spark_version)}; this "
+        f"project knows none (https://docs.delta.io/latest/releases.html)"
     )
     raise StreamingConfigError(
         f"spark.yml asks for the Delta package {match[0]}"
         + (f", built for Spark {built_for}" if built_for else "")
         + f", but the running Spark is {spark_version}"
         + (f" built for Scala {scala_version}" if scala_version else "")
-        + f". Fix: {fix or _FIX} {right}."
+        + f". Fix: {fix or _FIX} {advice}."
     )
 
 

@@ -79,6 +79,11 @@ def spark_session() -> SparkSession:
     elif SparkContext._gateway is None:
         _start_jvm_without_ivy_report(conf)
     spark = SparkSession.builder.config(map=conf).getOrCreate()
+    logger.info(
+        "Spark %s on %s.",
+        spark.version,
+        f"the Spark Connect server {remote}" if remote else spark.sparkContext.master,
+    )
     if remote:
         _log_settings_the_server_keeps(spark, conf, remote)
     else:

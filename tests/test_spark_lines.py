@@ -1,0 +1,92 @@
+"""The other Spark lines: a project generated for each runs as on the default one.
+
+The rest of the suite runs on the default line (cookiecutter.json's
+``spark_version``). Here each other line that resolves on Maven Central gets
+its own project (``kedro new --config`` with ``spark_version``), its own
+virtualenv and its own JVMs, the session's broker aside: the project's own
+tests, the bounded example on files, from Kafka and into Delta tables, each
+compared with the independent computation, and Real-Time Mode where the line
+has it (refused before start where it does not).
+
+``STARTER_OTHER_SPARK_VERSIONS`` (comma-separated) chooses the lines; empty
+skips them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from reference import example_settings, expected_outputs, message_batches, zone_boroughs
+from support import (
+    AS_SHIPPED,
+    assert_matches_reference,
+    assert_one_commit_per_batch,
+    bundled_lines,
+    example_reference,
+    generate_project,
+    install_project,
+    kedro_run,
+    point_at_broker,
+    run,
+    send_to_one_partition,
+)
+
+OTHER_SPARK_VERSIONS = [
+    version
+    for version in os.environ.get("STARTER_OTHER_SPARK_VERSIONS", "4.0.0,4.1.1").split(
+        ","
+    )
+    if version
+]
+# The whole topic in one micro-batch: the reference replays the same batch.
+ONE_BATCH = 10_000
+
+
+@pytest.fixture(scope="module", params=OTHER_SPARK_VERSIONS)
+def line_project(request, tmp_path_factory):
+    version = request.param
+    project = generate_project(
+        tmp_path_factory.mktemp(f"spark-{version}"), spark_version=version
+    )
+    bin_dir = install_project(project, tmp_path_factory.mktemp(f"venv-{version}"))
+    return version, project, bin_dir
+
+
+def test_example_runs_on_another_spark_line(line_project, broker_log_on_failure):
+    """Own tests, files, Kafka, Delta and Real-Time Mode on one Spark line."""
+    version, project, bin_dir = line_project
+    python = bin_dir / "python"
+    installed = run(
+        [python, "-c", "import pyspark; print(pyspark.__version__)"], cwd=project
+    )
+    assert installed.stdout.split() == [version]
+
+    own = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project)
+    assert " passed" in own.stdout and "failed" not in own.stdout
+    print(f"Spark {version}: the project's own tests: {own.seconds:.1f} s")
+
+    # Files, as the README runs it: the landed files in one micro-batch.
+    ran = kedro_run(bin_dir, project, params=AS_SHIPPED)
+    assert f"Spark {version}" in ran.output
+    assert_matches_reference(project, example_reference(project, one_batch=True))
+
+    # Kafka: the example's lines as messages, then bounded.
+    servers = broker_log_on_failure.bootstrap_servers
+    trips_topic, _ = point_at_broker(project, servers, ONE_BATCH)
+    messages = [line.encode() for line in bundled_lines(project)]
+    send_to_one_partition(servers, trips_topic, messages)
+    kedro_run(bin_dir, project, "--env", "kafka", params=AS_SHIPPED)
+    expected = expected_outputs(
+        message_batches(messages, ONE_BATCH),
+        zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv"),
+        example_settings(project),
+    )
+    assert_matches_reference(project, expected, "data/kafka")
+
+    # Delta tables, the live summary's MERGE included, with this line's package.
+    delta = ["--env", "delta", "--pipelines", "ingest,aggregate,live"]
+    kedro_run(bin_dir, project, *delta, params=AS_SHIPPED)
+    expected = example_reference(project, one_batch=True)
+    assert_matches_reference(project, expected, "data/delta", live=True)
+    assert_one_commit_per_batch(project)
