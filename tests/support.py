@@ -403,6 +403,8 @@ def point_at_broker(project: Path, servers: str, chunk: int = CHUNK) -> tuple[st
     (project / "conf/kafka/globals.yml").write_text(
         f"output_root: data/kafka\nkafka:\n  bootstrap_servers: {servers}\n"
         f"  trips_topic: {trips}\n  summary_topic: {summary}\n"
+        f"  checked_trips_topic: checked-{suffix}\n"
+        f"  rejected_trips_topic: rejected-{suffix}\n"
         f"  max_offsets_per_trigger: {chunk}\n"
     )
     return trips, summary

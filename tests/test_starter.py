@@ -91,7 +91,12 @@ def test_docker_compose_agrees_with_conf_kafka(generated_project, project_tool):
     script = " ".join(topics["command"])
     assert "kafka-topics.sh" in script and "--create --if-not-exists" in script
     assert f"--bootstrap-server {servers}" in script
-    for topic in (kafka["trips_topic"], kafka["summary_topic"]):
+    for topic in (
+        kafka["trips_topic"],
+        kafka["summary_topic"],
+        kafka["checked_trips_topic"],
+        kafka["rejected_trips_topic"],
+    ):
         assert topic in re.split(r"[\s;]+", script)
     assert topics["depends_on"]["kafka"]["condition"] == "service_healthy"
 
@@ -128,6 +133,7 @@ def test_kedro_commands_start_no_spark_and_viz_shows_the_pipelines(
         "aggregate",
         "live",
         "publish",
+        "realtime",
     }
     default = json.loads((project / "build/api/pipelines/__default__").read_text())
     assert {n["name"] for n in default["nodes"] if n["type"] == "task"} == {

@@ -344,7 +344,10 @@ def parser() -> argparse.ArgumentParser:
     send.add_argument("--rate", type=float, default=0.0, help="messages per second")
     send.add_argument("--count", type=int, help="send at most this many messages")
     send.add_argument(
-        "--partitions", type=int, default=3, help="partitions of a new topic"
+        "--partitions",
+        type=int,
+        default=2,
+        help="partitions of a new topic (at most the cores Spark has, for Real-Time Mode)",
     )
     watch = commands.add_parser("watch", help="print a topic's messages")
     watch.add_argument("--topic", help="default: kafka.summary_topic")

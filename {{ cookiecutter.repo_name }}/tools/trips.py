@@ -404,7 +404,7 @@ def send(
     *,
     rate: float = 0.0,
     count: int | None = None,
-    partitions: int = 3,
+    partitions: int = 2,
     **security,
 ) -> int:
     """Sends messages to ``topic``; returns how many were acknowledged.

@@ -5,6 +5,7 @@ import pytest
 import yaml
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
+from pyspark.sql import functions as F
 
 from {{ cookiecutter.python_package }}.streaming import (
     SparkStreamingDataset,
@@ -13,6 +14,8 @@ from {{ cookiecutter.python_package }}.streaming import (
 )
 from {{ cookiecutter.python_package }}.streaming.checks import (
     check_paths_reach_the_cluster,
+    check_real_time,
+    real_time_plan_problem,
     run_trigger,
 )
 from {{ cookiecutter.python_package }}.streaming.delta import (
@@ -76,19 +79,10 @@ BAD_CONFIGURATIONS = {
         },
         "'in' reads Kafka without a topic: add `load_args: {subscribe: <topic>}`",
     ),
-    "Kafka sink without topic": (
-        {
-            "out": {
-                **sink("out"),
-                "file_format": "kafka",
-                "filepath": "",
-                "save_args": {
-                    "checkpoint": "c",
-                    "kafka.bootstrap.servers": "localhost:9092",
-                },
-            }
-        },
-        "'out' writes to Kafka without a topic: add `save_args: {topic: ...}`",
+    "Real-Time Mode into a file sink": (
+        {"out": sink("out", output_mode="update", trigger={"realTime": "1 minute"})},
+        "'out' runs in Real-Time Mode (trigger realTime), which writes to Kafka in "
+        "output mode update only",
     ),
     "unknown output mode": (
         {"out": sink("out", output_mode="upsert")},
@@ -321,3 +315,66 @@ def test_shipped_packages_fit_the_installed_pyspark():
         check_kafka_connector(packages, version, local_scala_version())
         check_delta_package(packages, version, local_scala_version())
     assert delta_package_for(version) in packages
+
+
+def test_real_time_mode_is_refused_where_it_cannot_run(spark):
+    """Spark 4.0 has no Real-Time Mode, a bounded run cannot end one, and it
+    reads Kafka only, each record as it comes."""
+    out = SparkStreamingDataset(
+        file_format="kafka",
+        save_args={"checkpoint": "c", "trigger": {"realTime": "1 minute"}},
+    )
+    assert out.real_time
+    files = SparkStreamingDataset(filepath="in", file_format="json")
+    limited = SparkStreamingDataset(
+        file_format="kafka", load_args={"maxOffsetsPerTrigger": 100}
+    )
+    kafka_source = SparkStreamingDataset(file_format="kafka", load_args={})
+
+    def refusal(version, sources, bounded=False):
+        with pytest.raises(StreamingConfigError) as error:
+            check_real_time(version, {"out": out}, lambda _: sources, bounded=bounded)
+        return str(error.value)
+
+    assert "Spark 4.0.2 does not have: it came with Spark 4.1" in refusal(
+        "4.0.2", {"in": kafka_source}
+    )
+    assert "without `--params trigger=available_now`" in refusal(
+        "4.2.0", {"in": kafka_source}, bounded=True
+    )
+    assert "reads Kafka only, but its query reads 'in' (json)" in refusal(
+        "4.1.1", {"in": files}
+    )
+    assert "its source 'in' sets maxOffsetsPerTrigger" in refusal(
+        "4.3.0", {"in": limited}
+    )
+    for version in ("4.1.1", "4.2.0", "4.3.0"):
+        check_real_time(version, {"out": out}, lambda _: {"in": kafka_source}, bounded=False)
+
+    # Stateful operators: none before Spark 4.3, aggregations and
+    # dropDuplicates from 4.3 on. A join with a static table keeps no state.
+    stream = spark.readStream.format("rate").load()
+    static = spark.range(3).withColumnRenamed("id", "value")
+    stateless = stream.join(static, "value", "left").select("value", "timestamp")
+    windows = stream.withWatermark("timestamp", "1 minute").groupBy(
+        F.window("timestamp", "1 minute")
+    ).count()
+    deduplicated = stream.dropDuplicates(["value"])
+    for version in ("4.1.1", "4.2.0", "4.3.0"):
+        assert real_time_plan_problem(stateless, version) is None
+    for frame, operator in ((windows, "Aggregate"), (deduplicated, "Deduplicate")):
+        problem = real_time_plan_problem(frame, "4.2.0")
+        assert f"Spark 4.2.0 does not run the stateful operation(s) {operator}" in problem
+        assert real_time_plan_problem(frame, "4.3.0") is None
+
+
+def test_a_kafka_sink_needs_a_topic_option_or_column(spark):
+    sink_without_topic = SparkStreamingDataset(
+        file_format="kafka", save_args={"checkpoint": "c"}
+    )
+    rows = spark.createDataFrame([("k", "v")], "key STRING, value STRING")
+    assert sink_without_topic.data_problems(rows) == [
+        "writes to Kafka without a topic: add `save_args: {topic: ...}`, or give "
+        "each row its topic in a `topic` column"
+    ]
+    assert sink_without_topic.data_problems(rows.withColumn("topic", F.lit("t"))) == []

@@ -16,6 +16,10 @@ from .session import spark_location
 from .state import StreamState
 
 TRIGGERS = ("processing_time", "available_now")
+# The first Spark with Real-Time Mode, and the first whose Real-Time Mode runs
+# stateful operators (streaming aggregations, dropDuplicates).
+REAL_TIME_SPARK = (4, 1)
+STATEFUL_REAL_TIME_SPARK = (4, 3)
 # The root cause in a Kafka client's error, e.g. "...errors.TimeoutException: ..."
 _KAFKA_ERROR = re.compile(r"org\.apache\.kafka\.common\.errors\.(\w+: [^\n]*)")
 
@@ -64,6 +68,112 @@ def check_configuration(
             "Streaming configuration in conf/ cannot work:\n  - "
             + "\n  - ".join(problems)
         )
+
+
+def check_real_time(
+    spark_version: str,
+    sinks: dict[str, SparkStreamingDataset],
+    sources_of,
+    *,
+    bounded: bool,
+) -> None:
+    """Fails unless the run's Real-Time Mode queries can run on this Spark.
+
+    Args:
+        spark_version: The version of the Spark that runs.
+        sinks: The sinks whose queries run in Real-Time Mode.
+        sources_of: A sink's name -> the streaming datasets its query reads.
+        bounded: Whether the run forces a bounded trigger (available_now).
+    """
+    problems = []
+    for name, dataset in sinks.items():
+        if spark_tuple(spark_version) < REAL_TIME_SPARK:
+            problems.append(
+                f"'{name}' runs in Real-Time Mode, which Spark {spark_version} does "
+                "not have: it came with Spark 4.1. Make the project for Spark 4.1 "
+                "or later (spark_version in `kedro new --config`, or pyspark and "
+                "the packages of spark.yml by hand), or give it a processingTime "
+                "trigger in the catalog"
+            )
+        if bounded:
+            problems.append(
+                f"'{name}' runs in Real-Time Mode, whose queries run until stopped: "
+                "run it without `--params trigger=available_now` (Ctrl-C or SIGTERM "
+                "stops it cleanly)"
+            )
+        problems += [
+            f"'{name}' runs in Real-Time Mode, which reads Kafka only, but its query "
+            f"reads '{source}' ({source_dataset.file_format}): run it on a Kafka "
+            "source, or give it a processingTime trigger"
+            for source, source_dataset in sources_of(name).items()
+            if source_dataset.file_format != "kafka"
+        ]
+        problems += [
+            f"'{name}' runs in Real-Time Mode, which reads each record as it comes: "
+            f"its source '{source}' sets maxOffsetsPerTrigger, which Spark refuses "
+            "then; read the topic through a catalog entry without it (as "
+            "realtime_raw_trips in conf/kafka/catalog.yml does)"
+            for source, source_dataset in sources_of(name).items()
+            if "maxOffsetsPerTrigger" in source_dataset.load_options
+        ]
+    if problems:
+        raise StreamingConfigError(
+            "Real-Time Mode cannot run here:\n  - " + "\n  - ".join(problems)
+        )
+
+
+# Logical plan nodes that keep state across micro-batches, and the first
+# Spark whose Real-Time Mode runs them (None: none yet).
+_STATEFUL_NODES = {
+    "Aggregate": STATEFUL_REAL_TIME_SPARK,
+    "Deduplicate": STATEFUL_REAL_TIME_SPARK,
+    "DeduplicateWithinWatermark": None,
+    "FlatMapGroupsWithState": None,
+    "FlatMapGroupsInPandasWithState": None,
+    "TransformWithState": None,
+    "TransformWithStateInPySpark": None,
+    "TransformWithStateInPandas": None,
+    "Join": None,  # between two streams; with a static table it keeps no state
+}
+
+
+def real_time_plan_problem(frame: Any, spark_version: str) -> str | None:
+    """What Real-Time Mode in this Spark cannot run in ``frame``'s plan: its
+    stateful operators. Spark itself refuses them only once the query runs.
+
+    Over Spark Connect the plan is the server's: Spark checks it at the start.
+    """
+    jdf = getattr(frame, "_jdf", None)
+    if jdf is None:
+        return None
+    refused, stack = set(), [jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        children = node.children()
+        kids = [children.apply(i) for i in range(children.size())]
+        stack.extend(kids)
+        name = node.nodeName()
+        if name not in _STATEFUL_NODES or not node.isStreaming():
+            continue
+        if name == "Join" and not all(kid.isStreaming() for kid in kids):
+            continue
+        since = _STATEFUL_NODES[name]
+        if since is None or spark_tuple(spark_version) < since:
+            refused.add(name)
+    if not refused:
+        return None
+    return (
+        f"Real-Time Mode in Spark {spark_version} does not run the stateful "
+        f"operation(s) {', '.join(sorted(refused))} (streaming aggregations and "
+        "dropDuplicates come with Spark 4.3): give the sink a processingTime "
+        "trigger, or keep the query stateless"
+    )
+
+
+def spark_tuple(version: str) -> tuple[int, int]:
+    """A Spark version's line as numbers: ``4.1.1`` -> ``(4, 1)``."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
 
 
 def check_streams_have_sinks(
@@ -200,8 +310,14 @@ def check_run(
     kind of problem found, naming each problem of that kind and its fix."""
     sinks = streaming_datasets(catalog, pipeline.all_outputs())
     sources = streaming_datasets(catalog, pipeline.inputs())
-    run_trigger(settings)
+    trigger = run_trigger(settings)
     check_configuration(sinks, sources)
+    check_real_time(
+        spark.version,
+        {name: d for name, d in sinks.items() if d.real_time},
+        lambda sink: query_sources(catalog, pipeline, sink),
+        bounded=trigger is not None,
+    )
     check_streams_have_sinks(catalog, pipeline, {**sources, **sinks})
     location = spark_location(spark)
     if location:
@@ -225,11 +341,24 @@ def check_run(
             check_kafka_reachable(spark, name, dataset, timeout)
 
 
-def headline(error: Exception, limit: int = 1000) -> str:
-    """The first line of Spark's message, without the query plan that follows."""
+def headline(error: BaseException, limit: int = 1000) -> str:
+    """The first line of Spark's message, without the query plan that follows.
+
+    Where that line only introduces its cause (Spark's "Exception thrown in
+    awaitResult:"), the cause's first line follows it.
+    """
+    text, cause = _first_line(error), error
+    while text.endswith(":"):
+        cause = getattr(cause, "_cause", None) or cause.__cause__
+        if cause is None:
+            break
+        text = f"{text} {_first_line(cause)}"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _first_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    headline = lines[0] if lines else type(error).__name__
-    return headline if len(headline) <= limit else headline[:limit] + "..."
+    return lines[0] if lines else type(error).__name__
 
 
 def streaming_datasets(
@@ -242,6 +371,27 @@ def streaming_datasets(
             if isinstance(dataset, SparkStreamingDataset):
                 datasets[name] = dataset
     return datasets
+
+
+def query_sources(
+    catalog: DataCatalog, pipeline: Pipeline, sink: str
+) -> dict[str, SparkStreamingDataset]:
+    """The streaming datasets the sink's query reads: the graph back from the
+    sink through in-memory datasets, up to streaming datasets."""
+    producers = {output: node for node in pipeline.nodes for output in node.outputs}
+    sources, stack, seen = {}, [sink], set()
+    while stack:
+        node = producers.get(stack.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        for name in node.inputs:
+            dataset = catalog[name] if name in catalog else None
+            if isinstance(dataset, SparkStreamingDataset):
+                sources[name] = dataset
+            else:
+                stack.append(name)
+    return sources
 
 
 def _paths(catalog: DataCatalog, names: set[str]) -> dict[str, list[str]]:

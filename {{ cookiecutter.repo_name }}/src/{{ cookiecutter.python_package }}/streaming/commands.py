@@ -27,7 +27,13 @@ from kedro.io.core import DatasetError
 from kedro.pipeline import Pipeline
 
 from . import delta
-from .checks import check_run, headline, streaming_datasets
+from .checks import (
+    check_run,
+    headline,
+    query_sources,
+    real_time_plan_problem,
+    streaming_datasets,
+)
 from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError
 from .progress import describe_expectations
@@ -128,7 +134,9 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
         parts.append(
             f"running (pid {info['pid']} on {info['host']})" if info else "not running"
         )
-        for source, source_dataset in _query_sources(project, name).items():
+        for source, source_dataset in query_sources(
+            project.catalog, project.pipeline, name
+        ).items():
             if source_dataset.file_format == "kafka":
                 parts.append(
                     f"{source} lag {_kafka_lag(source_dataset, checkpoint['offsets'])}"
@@ -375,27 +383,6 @@ def _checkpoint_state(checkpoint: str) -> dict[str, Any]:
     return result
 
 
-def _query_sources(project: _Project, sink: str) -> dict[str, SparkStreamingDataset]:
-    """The streaming datasets the sink's query reads: the graph back from the
-    sink through in-memory datasets, up to streaming datasets."""
-    producers = {
-        output: node for node in project.pipeline.nodes for output in node.outputs
-    }
-    sources, stack, seen = {}, [sink], set()
-    while stack:
-        node = producers.get(stack.pop())
-        if node is None or node.name in seen:
-            continue
-        seen.add(node.name)
-        for name in node.inputs:
-            dataset = project.catalog[name] if name in project.catalog else None
-            if isinstance(dataset, SparkStreamingDataset):
-                sources[name] = dataset
-            else:
-                stack.append(name)
-    return sources
-
-
 def _with_readers(project: _Project, names: set[str]) -> set[str]:
     """``names`` and every streaming sink that reads them, directly or not."""
     found = set(names)
@@ -482,6 +469,12 @@ def _plan_problem(spark, dataset: SparkStreamingDataset, frame) -> str | None:
         frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
     except Exception as error:
         return headline(error)
+    if dataset.data_problems(frame):
+        return dataset.data_problems(frame)[0]
+    if dataset.real_time:
+        problem = real_time_plan_problem(frame, spark.version)
+        if problem:
+            return problem
     mode = dataset.output_mode
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:  # Spark Connect: Spark checks the rest when the query starts

@@ -33,7 +33,10 @@ _NO_BOOTSTRAP = (
 )
 # Every sink counts the rows it writes under this name, in the query's progress.
 ROWS_WRITTEN_METRIC = "rows_written"
-TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous")
+TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous", "realTime")
+# Spark's Real-Time Mode (Spark 4.1+): long-running tasks that stream each
+# record through; its trigger's interval is how often the query checkpoints.
+REAL_TIME = "realTime"
 # Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
 _SECRET_MARKERS = ("jaas", "password", "secret")
 
@@ -140,6 +143,16 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return self._trigger
 
     @property
+    def load_options(self) -> dict[str, Any]:
+        """The reader's options from ``load_args`` (credentials not included)."""
+        return dict(self._load_args)
+
+    @property
+    def real_time(self) -> bool:
+        """Whether its query runs in Real-Time Mode (a ``realTime`` trigger)."""
+        return isinstance(self._trigger, dict) and REAL_TIME in self._trigger
+
+    @property
     def checkpoint(self) -> str | None:
         """Where the query that saves this dataset keeps its progress."""
         return self._checkpoint
@@ -204,17 +217,33 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 f"has trigger {self._trigger!r}: use one of "
                 + ", ".join(f"'{kind}: ...'" for kind in TRIGGER_KINDS)
             )
+        if self.real_time and (
+            self._output_mode != "update"
+            or self._file_format != "kafka"
+            or self._foreach_batch
+        ):
+            problems.append(
+                "runs in Real-Time Mode (trigger realTime), which writes to Kafka "
+                "in output mode update only: set `file_format: kafka` and "
+                "`output_mode: update`, or give it a processingTime trigger"
+            )
         if not self._file_format and not self._foreach_batch:
             problems.append("has no file_format: set e.g. `file_format: parquet`")
         if self._file_format == "kafka":
             options = {**self._writer_options, **self.kafka_options}
             if not options.get("kafka.bootstrap.servers"):
                 problems.append(_NO_BOOTSTRAP.replace("ARGS", "save_args"))
-            if not options.get("topic"):
-                problems.append(
-                    "writes to Kafka without a topic: add `save_args: {topic: ...}`"
-                )
         return problems + _secrets_in(self._writer_options, "save_args")
+
+    def data_problems(self, data: DataFrame) -> list[str]:
+        """Says what keeps this sink from writing ``data``, before its query starts."""
+        if self._file_format == "kafka" and not self._writer_options.get("topic"):
+            if "topic" not in data.columns:
+                return [
+                    "writes to Kafka without a topic: add `save_args: {topic: ...}`, "
+                    "or give each row its topic in a `topic` column"
+                ]
+        return []
 
     def source_problems(self) -> list[str]:
         """Says what keeps this dataset from being read, before any query starts.
@@ -363,7 +392,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 "SparkStreamingDataset saves streaming DataFrames only; use "
                 "SparkDataset for batch DataFrames."
             )
-        problems = self.sink_problems()
+        problems = self.sink_problems() + self.data_problems(data)
         if problems:
             raise DatasetError(f"Streaming sink {problems[0]}.")
 

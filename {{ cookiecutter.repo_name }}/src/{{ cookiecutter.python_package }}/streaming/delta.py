@@ -104,7 +104,9 @@ def check_delta_package(
             spark_version,
             NEWEST_DELTA,
         )
-    if (built_for is None or built_for == spark_line(spark_version)) and not wrong_scala:
+    if (
+        built_for is None or built_for == spark_line(spark_version)
+    ) and not wrong_scala:
         return
     right = delta_package_for(spark_version, scala_version or match["scala"])
     advice = (
@@ -151,6 +153,13 @@ def upsert_batches(
         if checkpoint not in query_ids:
             query_ids[checkpoint] = _query_id(checkpoint)
         view = f"upserts_{query_ids[checkpoint].replace('-', '_')}"
+        # Every partition of the batch is computed first, even when Delta
+        # skips a replayed MERGE: a stateful query's batch whose partitions
+        # were not all computed never commits its state (Spark 4.2 fails it
+        # with STATE_STORE_COMMIT_VALIDATION_FAILED). The MERGE then reads it
+        # from memory.
+        batch.persist()
+        batch.count()
         batch.createOrReplaceTempView(view)
         spark.conf.set(_TXN_APP_ID, query_ids[checkpoint])
         spark.conf.set(_TXN_VERSION, str(batch_id))
@@ -163,6 +172,7 @@ def upsert_batches(
             spark.conf.unset(_TXN_APP_ID)
             spark.conf.unset(_TXN_VERSION)
             spark.catalog.dropTempView(view)
+            batch.unpersist()
 
     return upsert
 

@@ -25,9 +25,15 @@ from kedro.pipeline import Pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
-from .checks import check_run, headline, run_trigger, streaming_datasets
+from .checks import (
+    check_run,
+    headline,
+    real_time_plan_problem,
+    run_trigger,
+    streaming_datasets,
+)
 from .dataset import SparkStreamingDataset
-from .errors import StreamingQueryFailed
+from .errors import StreamingConfigError, StreamingQueryFailed
 from .progress import ProgressLog, describe_expectations
 from .session import spark_session
 from .state import StreamState
@@ -93,6 +99,11 @@ class StreamingQueryHooks:
         dataset = self._dataset(dataset_name)
         if dataset is None or dataset_name not in self._triggers:
             return
+        if dataset.real_time:
+            problem = real_time_plan_problem(data, spark_session().version)
+            if problem:
+                self._stop_all()
+                raise StreamingConfigError(f"'{dataset_name}': {problem}.")
         query = dataset.start(
             data, trigger=self._triggers[dataset_name], query_name=dataset_name
         )
