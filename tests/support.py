@@ -22,6 +22,7 @@ import time
 import uuid
 import venv
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -31,6 +32,8 @@ from deltalake import DeltaTable
 from kafka import KafkaConsumer, KafkaProducer
 from reference import (
     SUMMARY_COLUMNS,
+    check,
+    decode,
     example_settings,
     expected_outputs,
     json_landing_batches,
@@ -59,6 +62,8 @@ BOUNDED = ["--params", f"trigger=available_now,{FILE_BY_FILE}"]
 # Bounded, as shipped: whatever has landed is one micro-batch.
 AS_SHIPPED = ["--params", "trigger=available_now"]
 
+# The characters of a rejected message's raw payload (realtime/nodes.py).
+RAW_PAYLOAD = 100_000
 CHUNK = 60  # maxOffsetsPerTrigger: the reference replays batches of this many messages
 
 
@@ -593,3 +598,91 @@ def payload(message: bytes | None) -> str | None:
         return message.decode("utf-8")
     except UnicodeDecodeError:
         return base64.b64encode(message).decode()
+
+
+def read_topics(servers: str, topics: list[str]) -> list:
+    consumer = KafkaConsumer(
+        *topics,
+        bootstrap_servers=servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=1500,
+    )
+    try:
+        return list(consumer)
+    finally:
+        consumer.close()
+
+
+def wait_for_offsets(servers, topics, count, *, process, log, timeout=180) -> list:
+    """The output messages, once every input offset below ``count`` has one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = read_topics(servers, topics)
+        offsets = {json.loads(r.value)["kafka_offset"] for r in records}
+        if offsets >= set(range(count)):
+            return records
+        assert process.poll() is None, log.read_text()[-5000:]
+        assert time.monotonic() < deadline, (
+            f"{len(offsets)} of {count} offsets out:\n{log.read_text()[-5000:]}"
+        )
+        time.sleep(1)
+
+
+def assert_each_message(project, records, messages, trips_topic, outputs) -> dict:
+    """Each input offset on the topic of its verdict, with the reference's
+    reasons, payload, fields and zones, and its origin; returns the output
+    messages by input offset."""
+    boroughs = zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv")
+    by_offset: dict[int, list] = {}
+    for record in records:
+        message = json.loads(record.value)
+        by_offset.setdefault(message["kafka_offset"], []).append((record, message))
+    assert sorted(by_offset) == list(range(len(messages)))
+    for offset, copies in by_offset.items():
+        trip, reason = check(decode(messages[offset]), set(boroughs))
+        for record, message in copies:
+            assert record.topic == outputs[reason is not None], offset
+            assert message["rejection_reason"] == reason, offset
+            assert message["kafka_topic"] == trips_topic
+            assert message["kafka_partition"] == 0
+            if reason:  # its payload, cut where Kafka's size limit needs it
+                whole = payload(messages[offset])
+                assert message["raw_payload"] == (whole and whole[:RAW_PAYLOAD])
+                assert message["raw_payload_truncated"] == (
+                    len(whole or "") > RAW_PAYLOAD
+                )
+            else:
+                assert message["raw_payload"] is None
+            if trip is not None:
+                assert_same_trip(message, trip, boroughs)
+        assert [m for _, m in copies].count(copies[0][1]) == len(copies)  # same copies
+
+    return by_offset
+
+
+def assert_same_trip(message: dict, trip: dict, boroughs: dict[int, str]) -> None:
+    """A valid trip's message: every field of the reference's typed trip."""
+    for name, want in trip.items():
+        got = message[name]
+        if isinstance(want, datetime):
+            got = datetime.fromisoformat(got.replace("Z", "+00:00")).replace(
+                tzinfo=None
+            )
+        assert got == want, (name, got, want)
+    assert message["pickup_borough"] == boroughs.get(trip["PULocationID"])
+    assert message["dropoff_borough"] == boroughs.get(trip["DOLocationID"])
+
+
+def start_kedro(bin_dir: Path, project: Path, args: list, log_name: str):
+    """Starts `kedro <args>` in ``project`` in a process group of its own, its
+    output in ``project/log_name``."""
+    log = (project / log_name).open("w")
+    return subprocess.Popen(
+        [bin_dir / "kedro", *args],
+        cwd=project,
+        env=quiet_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )

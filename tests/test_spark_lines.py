@@ -15,11 +15,14 @@ skips them.
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+import yaml
 from reference import example_settings, expected_outputs, message_batches, zone_boroughs
 from support import (
     AS_SHIPPED,
+    assert_each_message,
     assert_matches_reference,
     assert_one_commit_per_batch,
     bundled_lines,
@@ -30,6 +33,8 @@ from support import (
     point_at_broker,
     run,
     send_to_one_partition,
+    start_kedro,
+    wait_for_offsets,
 )
 
 OTHER_SPARK_VERSIONS = [
@@ -90,3 +95,32 @@ def test_example_runs_on_another_spark_line(line_project, broker_log_on_failure)
     expected = example_reference(project, one_batch=True)
     assert_matches_reference(project, expected, "data/delta", live=True)
     assert_one_commit_per_batch(project)
+
+    # Real-Time Mode: refused before start on Spark 4.0; elsewhere each trip
+    # of the topic out on the topic of its verdict, as the reference says.
+    realtime = ["run", "--env", "kafka", "--pipelines", "realtime"]
+    if version.startswith("4.0."):
+        refused = run([bin_dir / "kedro", *realtime], cwd=project, check=False)
+        output = " ".join(refused.output.split())
+        assert refused.returncode != 0
+        assert f"Spark {version} does not have: it came with Spark 4.1" in output
+        assert "Started streaming query" not in output
+        return
+    kafka = yaml.safe_load((project / "conf/kafka/globals.yml").read_text())["kafka"]
+    outputs = [kafka["checked_trips_topic"], kafka["rejected_trips_topic"]]
+    log = project / "realtime.log"
+    process = start_kedro(
+        bin_dir,
+        project,
+        [*realtime, "--params", "realtime_checkpoint_interval=5 seconds"],
+        log.name,
+    )
+    try:
+        records = wait_for_offsets(
+            servers, outputs, len(messages), process=process, log=log
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, log.read_text()[-5000:]
+    copies = assert_each_message(project, records, messages, trips_topic, outputs)
+    assert all(len(written) == 1 for written in copies.values())

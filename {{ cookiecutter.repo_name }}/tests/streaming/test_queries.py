@@ -349,22 +349,28 @@ def test_real_time_mode_is_refused_where_it_cannot_run(spark):
         "4.3.0", {"in": limited}
     )
     for version in ("4.1.1", "4.2.0", "4.3.0"):
-        check_real_time(version, {"out": out}, lambda _: {"in": kafka_source}, bounded=False)
+        check_real_time(
+            version, {"out": out}, lambda _: {"in": kafka_source}, bounded=False
+        )
 
     # Stateful operators: none before Spark 4.3, aggregations and
     # dropDuplicates from 4.3 on. A join with a static table keeps no state.
     stream = spark.readStream.format("rate").load()
     static = spark.range(3).withColumnRenamed("id", "value")
     stateless = stream.join(static, "value", "left").select("value", "timestamp")
-    windows = stream.withWatermark("timestamp", "1 minute").groupBy(
-        F.window("timestamp", "1 minute")
-    ).count()
+    windows = (
+        stream.withWatermark("timestamp", "1 minute")
+        .groupBy(F.window("timestamp", "1 minute"))
+        .count()
+    )
     deduplicated = stream.dropDuplicates(["value"])
     for version in ("4.1.1", "4.2.0", "4.3.0"):
         assert real_time_plan_problem(stateless, version) is None
     for frame, operator in ((windows, "Aggregate"), (deduplicated, "Deduplicate")):
         problem = real_time_plan_problem(frame, "4.2.0")
-        assert f"Spark 4.2.0 does not run the stateful operation(s) {operator}" in problem
+        assert (
+            f"Spark 4.2.0 does not run the stateful operation(s) {operator}" in problem
+        )
         assert real_time_plan_problem(frame, "4.3.0") is None
 
 

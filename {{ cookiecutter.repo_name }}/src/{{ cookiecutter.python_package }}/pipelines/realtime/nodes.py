@@ -5,19 +5,29 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from {{ cookiecutter.python_package }}.pipelines.ingest.nodes import SOURCE_COLUMNS
+
+# Kafka takes messages of about 1 MB (the producer's max.request.size and the
+# broker's message.max.bytes): a rejected message carries the first this many
+# characters of its raw payload; the whole record stays in the input topic at
+# its kafka_offset.
+RAW_PAYLOAD_CHARACTERS = 100_000
+
 
 def trip_messages(
     checked_trips: DataFrame, taxi_zones: DataFrame, trip_topics: dict[str, str]
 ) -> DataFrame:
     """One message per checked trip: valid trips to one topic, rejected ones
-    (with their reasons and raw payload) to another.
+    to another.
 
-    Each message carries every column of ``check_trips``' output, the origin
-    of its input record (``kafka_topic``, ``kafka_partition``,
-    ``kafka_offset``, ``kafka_timestamp``) included, and the borough and zone
-    of both ends of the trip (null where the lookup has no such zone). Only
-    stateless operations: it runs in Real-Time Mode as well as in
-    micro-batches.
+    A valid trip's message carries every column of ``check_trips``' output
+    and the borough and zone of both ends of the trip. A rejected one carries
+    its ``rejection_reason``, ``warnings`` and ``raw_payload`` (the first
+    ``RAW_PAYLOAD_CHARACTERS``; ``raw_payload_truncated`` says whether that is
+    all of it), not its fields, which can be anything. Both carry the origin
+    of their input record (``kafka_topic``, ``kafka_partition``,
+    ``kafka_offset``, ``kafka_timestamp``). Only stateless operations: it runs
+    in Real-Time Mode as well as in micro-batches.
 
     Args:
         checked_trips: Output of ``check_trips``.
@@ -42,9 +52,32 @@ def trip_messages(
         )
     zone_columns = ["pickup_borough", "pickup_zone", "dropoff_borough", "dropoff_zone"]
     rejected = F.col("rejection_reason").isNotNull()
+    payload = F.col("raw_payload")
+    # Every field, null or not: each message of a topic has the same fields.
+    as_json = {"ignoreNullFields": "false"}
     return with_zones.select(
         F.col("PULocationID").cast("string").alias("key"),
-        F.to_json(F.struct(*checked_trips.columns, *zone_columns)).alias("value"),
+        F.when(
+            rejected,
+            F.to_json(
+                F.struct(
+                    "rejection_reason",
+                    "warnings",
+                    F.substring(payload, 1, RAW_PAYLOAD_CHARACTERS).alias(
+                        "raw_payload"
+                    ),
+                    F.coalesce(
+                        F.length(payload) > RAW_PAYLOAD_CHARACTERS, F.lit(False)
+                    ).alias("raw_payload_truncated"),
+                    *[c for c in SOURCE_COLUMNS if c != "source_file"],
+                ),
+                as_json,
+            ),
+        )
+        .otherwise(
+            F.to_json(F.struct(*checked_trips.columns, *zone_columns), as_json)
+        )
+        .alias("value"),
         F.when(rejected, F.lit(trip_topics["rejected"]))
         .otherwise(F.lit(trip_topics["valid"]))
         .alias("topic"),

@@ -1,0 +1,158 @@
+"""Real-Time Mode: the `realtime` pipeline, Kafka to Kafka, with the real broker.
+
+Every message of the trips topic, bad ones among them, comes out once on the
+topic its verdict names, with the reasons and the origin the reference gives
+it; a SIGKILL mid-stream loses nothing, and what the restart writes again is
+exactly what the killed run wrote after its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from collections import Counter
+
+import yaml
+from support import (
+    assert_each_message,
+    bad_messages,
+    batch_ids,
+    bundled_lines,
+    point_at_broker,
+    progress_records,
+    read_topics,
+    run,
+    send_to_one_partition,
+    start_kedro,
+    streams,
+    wait_for_offsets,
+)
+
+# Spark's shortest: a checkpoint, and a progress record, every 5 s.
+RUN = [
+    *("run", "--env", "kafka", "--pipelines", "realtime"),
+    *("--params", "realtime_checkpoint_interval=5 seconds"),
+]
+
+
+def kill_while_sending(
+    project_bin, project, servers, *, trips_topic, outputs, sent, second
+) -> tuple[Counter, int]:
+    """Runs the realtime pipeline until the ``sent`` messages are out and a
+    batch has ended (a checkpoint to go back to), then SIGKILLs it while the
+    ``second`` wave arrives. Returns how often each input offset was written,
+    and the offset the checkpoint's last batch ended at."""
+    log = project / "run-1.log"
+    process = start_kedro(project_bin, project, RUN, log.name)
+    commits = project / "data/kafka/checkpoints/trip_messages/commits"
+    sender = threading.Thread(
+        target=lambda: [
+            send_to_one_partition(servers, trips_topic, second[i : i + 20])
+            or time.sleep(0.05)
+            for i in range(0, len(second), 20)
+        ]
+    )
+    try:
+        wait_for_offsets(servers, outputs, sent, process=process, log=log)
+        until(lambda: batch_ids(commits), log)
+        sender.start()
+        time.sleep(0.6)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    sender.join()
+    written = Counter(
+        json.loads(r.value)["kafka_offset"] for r in read_topics(servers, outputs)
+    )
+    return written, checkpointed_offset(project)
+
+
+def until(condition, log, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, log.read_text()[-5000:]
+        time.sleep(0.2)
+
+
+def rows_in(project) -> int:
+    """The input rows of the realtime query's batches in the progress log."""
+    return sum(
+        record["input_rows"]
+        for record in progress_records(project, "data/kafka")
+        if record["query"] == "trip_messages"
+    )
+
+
+def checkpointed_offset(project) -> int:
+    """The end offset (partition 0) of the last batch the checkpoint recorded."""
+    folder = project / "data/kafka/checkpoints/trip_messages/offsets"
+    last = max(
+        (p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+    )
+    return json.loads(last.read_text().splitlines()[2]).popitem()[1]["0"]
+
+
+def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(
+    generated_project, project_bin, broker_log_on_failure, project_tool, tmp_path
+):
+    servers = broker_log_on_failure.bootstrap_servers
+    project = tmp_path / "project"
+    run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
+    trips_topic, _ = point_at_broker(project, servers)
+    kafka = yaml.safe_load((project / "conf/kafka/globals.yml").read_text())["kafka"]
+    outputs = [kafka["checked_trips_topic"], kafka["rejected_trips_topic"]]
+
+    lines = [line.encode() for line in bundled_lines(project)]
+    rule_breakers = project_tool("trips").rule_breaking_trips()
+    first = lines + bad_messages(json.loads(lines[0]), rule_breakers)
+    second = lines  # the same records again, at new offsets
+    messages = first + second
+    send_to_one_partition(servers, trips_topic, first)
+
+    # Run 1: the first wave; then the second, sent while the run is killed.
+    written_before_restart, replay_from = kill_while_sending(
+        project_bin,
+        project,
+        servers,
+        trips_topic=trips_topic,
+        outputs=outputs,
+        sent=len(first),
+        second=second,
+    )
+
+    # Run 2: resumes from the checkpoint; SIGTERM stops it cleanly.
+    log = project / "run-2.log"
+    process = start_kedro(project_bin, project, RUN, "run-2.log")
+    try:
+        records = wait_for_offsets(
+            servers, outputs, len(messages), process=process, log=log
+        )
+        # The progress log counts a batch when it ends (every 5 s here): the
+        # batches the checkpoint holds read offsets 0 to replay_from, the
+        # restart's first batch the rest. Each input row counted once.
+        until(lambda: rows_in(project) >= len(messages), log)
+        assert rows_in(project) == len(messages)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, log.read_text()[-5000:]
+    assert "Started streaming query 'trip_messages'" in log.read_text()
+
+    by_offset = assert_each_message(project, records, messages, trips_topic, outputs)
+
+    # At least once: written again is exactly what the killed run wrote after
+    # the last checkpoint it recorded, and nothing else.
+    twice = {offset for offset, copies in by_offset.items() if len(copies) > 1}
+    assert all(len(copies) <= 2 for copies in by_offset.values())
+    assert twice == {o for o in written_before_restart if o >= replay_from}
+    print(f"SIGKILL: {len(twice)} messages written twice (from offset {replay_from})")
+
+    status = streams(
+        project_bin, project, "status", "--env", "kafka", "--pipelines", "realtime"
+    )
+    assert "trip_messages: batch" in status.stdout
+    assert f"realtime_raw_trips lag {trips_topic} 0 messages" in status.stdout
