@@ -74,9 +74,7 @@ def trip_messages(
                 as_json,
             ),
         )
-        .otherwise(
-            F.to_json(F.struct(*checked_trips.columns, *zone_columns), as_json)
-        )
+        .otherwise(F.to_json(F.struct(*checked_trips.columns, *zone_columns), as_json))
         .alias("value"),
         F.when(rejected, F.lit(trip_topics["rejected"]))
         .otherwise(F.lit(trip_topics["valid"]))

@@ -1,0 +1,225 @@
+"""Produce -> consume latency of the realtime pipeline: Real-Time Mode against
+micro-batches, at a real event rate.
+
+Starts the project's local broker (``python -m tools broker start``), then,
+round after round, runs ``kedro run --env <bench env> --pipelines realtime``
+twice on fresh topics and checkpoints: once as shipped (the sink's
+``realTime`` trigger, its checkpoint interval as shipped unless
+``--checkpoint-interval``), once with the same sink in micro-batches
+(``processingTime: 0 seconds``, a batch as soon as the last one ends). Kafka's
+own load generator (``ProducerPerformance``) sends TLC-shaped trips at
+``--rate`` for ``--seconds``; a consumer in this process reads both output
+topics as they come. For each output message, the latency is the time it was
+read minus its input message's Kafka timestamp (``kafka_timestamp``, set by
+the producer); Spark's own share is the output message's Kafka timestamp
+(set by Spark's producer) minus the same. The first ``--warmup`` seconds are
+reported apart.
+
+    python benchmarks/realtime_latency.py [--rate 5000] [--seconds 150] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from batch import bench_project
+from kafka_rate import perf_classpath, quantile
+from trips import trips
+
+PARTITIONS = 2  # at most Spark's cores (local[2]): Real-Time Mode holds one each
+SERVERS = "localhost:9092"
+MICRO_BATCH = "processingTime: 0 seconds"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=int, default=5000, help="messages per second")
+    parser.add_argument("--seconds", type=int, default=150, help="how long to produce")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--warmup", type=int, default=10, help="first seconds, reported apart"
+    )
+    parser.add_argument(
+        "--checkpoint-interval", help="realtime_checkpoint_interval (default: shipped)"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
+    )
+    args = parser.parse_args()
+
+    project, python = bench_project(args.workdir)
+    payloads = args.workdir / "realtime-payloads.txt"
+    payloads.write_text(
+        trips(min(args.rate * args.seconds, 200_000)).to_json(
+            orient="records", lines=True
+        )
+    )
+    broker = [python, "-m", "tools", "broker"]
+    subprocess.run([*broker, "start"], cwd=project, check=True)
+    try:
+        classpath = perf_classpath(python, project)
+        for number in range(1, args.rounds + 1):
+            for mode in ("Real-Time Mode", "micro-batch"):
+                result = measure(args, project, python, classpath, payloads, mode=mode)
+                print(f"round {number}, {mode}: {result}", flush=True)
+    finally:
+        subprocess.run([*broker, "stop"], cwd=project, check=False)
+
+
+def measure(
+    args, project: Path, python: Path, classpath: str, payloads, *, mode
+) -> str:
+    """One run of the realtime pipeline in ``mode``; its figures, as a line."""
+    from kafka import KafkaConsumer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    suffix = uuid.uuid4().hex[:8]
+    topics = {name: f"bench-{name}-{suffix}" for name in ("trips", "ok", "rejected")}
+    admin = KafkaAdminClient(bootstrap_servers=SERVERS)
+    admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics.values()])
+    admin.close()
+    env = write_environment(project, topics, suffix, mode)
+
+    consumer = KafkaConsumer(
+        topics["ok"],
+        topics["rejected"],
+        bootstrap_servers=SERVERS,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=5,
+    )
+    received: list[tuple[float, float, float]] = []  # read at, produced at, sent at
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            for records in consumer.poll(timeout_ms=50).values():
+                read_at = time.time()
+                for record in records:
+                    produced = json.loads(record.value)["kafka_timestamp"]
+                    received.append((read_at, epoch(produced), record.timestamp / 1000))
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+
+    params = ["--params", f"realtime_checkpoint_interval={args.checkpoint_interval}"]
+    log_path = args.workdir / f"realtime-{suffix}.log"
+    with log_path.open("w") as log:
+        run = subprocess.Popen(
+            [python.parent / "kedro", "run", "--env", env, "--pipelines", "realtime"]
+            + (params if args.checkpoint_interval else []),
+            cwd=project,
+            env={**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        while "Started streaming query" not in log_path.read_text():
+            if run.poll() is not None:
+                sys.exit(log_path.read_text()[-3000:])
+            time.sleep(0.5)
+        count = args.rate * args.seconds
+        produce(classpath, topics["trips"], payloads, count, args.rate)
+        deadline = time.monotonic() + 60
+        while len(received) < count and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        reader.join()
+        consumer.close()
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=120)
+    batches = [
+        json.loads(line)
+        for line in (project / f"data/bench-{suffix}/streams/progress.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    return report(received, count, args.warmup, batches)
+
+
+def write_environment(project: Path, topics: dict, suffix: str, mode: str) -> str:
+    """conf/kafka as shipped, on the run's own topics and tables; the sink in
+    micro-batches when ``mode`` says so."""
+    env = f"bench-{suffix}"
+    env_dir = project / "conf" / env
+    env_dir.mkdir()
+    for name in ("catalog.yml", "globals.yml", "credentials.yml"):
+        text = (project / "conf/kafka" / name).read_text()
+        text = text.replace(
+            "trips_topic: taxi-trips", f"trips_topic: {topics['trips']}"
+        )
+        text = text.replace("taxi-trips-checked", topics["ok"])
+        text = text.replace("taxi-trips-rejected", topics["rejected"])
+        text = text.replace("output_root: data/kafka", f"output_root: data/{env}")
+        if mode == "micro-batch":
+            shipped = "    trigger:\n      realTime: "
+            start = text.index(shipped)
+            end = text.index("\n", start + len(shipped))
+            text = text[:start] + f"    trigger: {{{MICRO_BATCH}}}" + text[end:]
+        (env_dir / name).write_text(text)
+    return env
+
+
+def produce(classpath: str, topic: str, payloads: Path, count: int, rate: int) -> None:
+    """Kafka's own load generator (Java), paced at ``rate``: a Python producer
+    on these two cores would fall behind and its queue count as latency."""
+    subprocess.run(
+        [
+            "java",
+            "-cp",
+            classpath,
+            "org.apache.kafka.tools.ProducerPerformance",
+            *("--topic", topic, "--num-records", str(count)),
+            *("--throughput", str(rate), "--payload-file", str(payloads)),
+            "--producer-props",
+            f"bootstrap.servers={SERVERS}",
+            "acks=1",
+            "linger.ms=0",
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def epoch(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def report(received: list, sent: int, warmup: float, batches: list[dict]) -> str:
+    if not received:
+        return f"{sent:,} messages in, none out"
+    first = min(produced for _, produced, _ in received)
+    parts = [f"{sent:,} messages in, {len(received):,} out"]
+    for name, rows in (
+        ("whole run", received),
+        (f"first {warmup} s", [r for r in received if r[1] < first + warmup]),
+        (f"after {warmup} s", [r for r in received if r[1] >= first + warmup]),
+    ):
+        read = sorted(1000 * (read_at - produced) for read_at, produced, _ in rows)
+        spark = sorted(1000 * (sent_at - produced) for _, produced, sent_at in rows)
+        parts.append(
+            f"{name}: "
+            + ", ".join(f"p{q} {quantile(read, q / 100):.0f}" for q in (50, 95, 99))
+            + f", max {read[-1]:.0f} ms (Spark's share: p50 "
+            + f"{quantile(spark, 0.5):.0f}, p99 {quantile(spark, 0.99):.0f} ms)"
+        )
+    ended = [b for b in batches if b["query"] == "trip_messages"]
+    parts.append(f"{len(ended)} batches ended (checkpoints) during the run")
+    return "; ".join(parts)
+
+
+if __name__ == "__main__":
+    main()
