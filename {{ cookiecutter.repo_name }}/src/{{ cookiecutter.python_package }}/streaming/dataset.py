@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
 import fsspec
+import pyspark
 from kedro.io import AbstractDataset
 from kedro.io.core import DatasetError
 from kedro_datasets.spark import SparkDataset as _KedroSparkDataset
+from pyspark import SparkContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
@@ -410,7 +413,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             writer = writer.queryName(query_name)
         trigger = trigger or self._trigger
         if trigger:
-            writer = writer.trigger(**trigger)
+            writer = _with_trigger(writer, trigger)
         if self._partition_by:
             columns = self._partition_by
             writer = writer.partitionBy(
@@ -437,6 +440,30 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         except DatasetError:
             return False
         return True
+
+
+def _with_trigger(
+    writer: DataStreamWriter, trigger: dict[str, Any]
+) -> DataStreamWriter:
+    """``writer.trigger(**trigger)``, Real-Time Mode included on PySpark 4.1.
+
+    Spark 4.1 has Real-Time Mode, but PySpark's ``trigger()`` takes
+    ``realTime`` only from 4.2: on 4.1 the JVM writer gets Spark's own
+    trigger. Spark Connect's writer has no JVM side.
+    """
+    interval = trigger.get(REAL_TIME)
+    if interval is None or "realTime" in inspect.signature(writer.trigger).parameters:
+        return writer.trigger(**trigger)
+    java_writer = getattr(writer, "_jwrite", None)
+    if java_writer is None:
+        raise DatasetError(
+            "Real-Time Mode over Spark Connect needs PySpark 4.2 or later (PySpark "
+            f"{pyspark.__version__} cannot ask for it): upgrade the client, or run "
+            "with a local or cluster master."
+        )
+    triggers = SparkContext._jvm.org.apache.spark.sql.streaming.Trigger
+    writer._jwrite = java_writer.trigger(triggers.RealTime(str(interval)))
+    return writer
 
 
 def _schema_from_file(schema: dict[str, Any]) -> StructType:
