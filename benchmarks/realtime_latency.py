@@ -158,13 +158,13 @@ def write_environment(project: Path, topics: dict, suffix: str, mode: str) -> st
     env_dir.mkdir()
     for name in ("catalog.yml", "globals.yml", "credentials.yml"):
         text = (project / "conf/kafka" / name).read_text()
-        text = text.replace(
-            "trips_topic: taxi-trips", f"trips_topic: {topics['trips']}"
-        )
         text = text.replace("taxi-trips-checked", topics["ok"])
         text = text.replace("taxi-trips-rejected", topics["rejected"])
+        text = text.replace(
+            " trips_topic: taxi-trips", f" trips_topic: {topics['trips']}"
+        )
         text = text.replace("output_root: data/kafka", f"output_root: data/{env}")
-        if mode == "micro-batch":
+        if mode == "micro-batch" and name == "catalog.yml":
             shipped = "    trigger:\n      realTime: "
             start = text.index(shipped)
             end = text.index("\n", start + len(shipped))

@@ -514,30 +514,24 @@ def run_until_then_kill(
     SIGKILLs its process group once ``marker`` is logged (or, for a function,
     once it returns true)."""
     reached = marker if callable(marker) else lambda: marker in log_path.read_text()
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [*(command or [bin_dir / "kedro"]), "run", *args, *BOUNDED],
-            cwd=project,
-            env=quiet_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + 300
-            while not reached():
-                if process.poll() is not None:  # ended, or killed itself
-                    assert reached(), (
-                        f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
-                    )
-                    break
-                assert time.monotonic() < deadline, f"never logged {marker!r}"
-                time.sleep(0.05 if callable(marker) else 0.2)
-        finally:
-            # The whole group, JVM included: as close to a crash as it gets.
-            with contextlib.suppress(ProcessLookupError):  # all gone already
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=60)
+    process = start_kedro(
+        bin_dir, project, ["run", *args, *BOUNDED], log_path, command=command
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not reached():
+            if process.poll() is not None:  # ended, or killed itself
+                assert reached(), (
+                    f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
+                )
+                break
+            assert time.monotonic() < deadline, f"never logged {marker!r}"
+            time.sleep(0.05 if callable(marker) else 0.2)
+    finally:
+        # The whole group, JVM included: as close to a crash as it gets.
+        with contextlib.suppress(ProcessLookupError):  # all gone already
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
 
 
 def bad_messages(template: dict, rule_breakers: list[dict]) -> list[bytes | None]:
@@ -674,15 +668,14 @@ def assert_same_trip(message: dict, trip: dict, boroughs: dict[int, str]) -> Non
     assert message["dropoff_borough"] == boroughs.get(trip["DOLocationID"])
 
 
-def start_kedro(bin_dir: Path, project: Path, args: list, log_name: str):
-    """Starts `kedro <args>` in ``project`` in a process group of its own, its
-    output in ``project/log_name``."""
-    log = (project / log_name).open("w")
+def start_kedro(bin_dir: Path, project: Path, args: list, log: Path, command=None):
+    """Starts `kedro <args>` (or ``command`` with them) in ``project``, in a
+    process group of its own, its output in ``log``."""
     return subprocess.Popen(
-        [bin_dir / "kedro", *args],
+        [*(command or [bin_dir / "kedro"]), *args],
         cwd=project,
         env=quiet_env(),
-        stdout=log,
+        stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )

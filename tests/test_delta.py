@@ -25,10 +25,10 @@ from support import (
     example_reference,
     kedro_run,
     progress_records,
-    quiet_env,
     read_table,
     run,
     split_bronze,
+    start_kedro,
     streams,
 )
 
@@ -133,21 +133,12 @@ def test_optimize_time_travel_and_vacuum_while_streams_run(fresh_project, projec
     bronze = fresh_project / "data/delta" / TABLES["bronze_trips"]
 
     log = fresh_project / "run.log"
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            [
-                project_bin / "kedro",
-                "run",
-                *DELTA,
-                "--params",
-                f"trigger_interval=1 second,{FILE_BY_FILE}",
-            ],
-            cwd=fresh_project,
-            env=quiet_env(),
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = start_kedro(
+        project_bin,
+        fresh_project,
+        ["run", *DELTA, "--params", f"trigger_interval=1 second,{FILE_BY_FILE}"],
+        log,
+    )
     try:
         wait_for(
             lambda: caught_up(fresh_project, 2), "read the first 2 files", process, log

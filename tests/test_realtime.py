@@ -47,7 +47,7 @@ def kill_while_sending(
     ``second`` wave arrives. Returns how often each input offset was written,
     and the offset the checkpoint's last batch ended at."""
     log = project / "run-1.log"
-    process = start_kedro(project_bin, project, RUN, log.name)
+    process = start_kedro(project_bin, project, RUN, log)
     commits = project / "data/kafka/checkpoints/trip_messages/commits"
     sender = threading.Thread(
         target=lambda: [
@@ -127,7 +127,7 @@ def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(
 
     # Run 2: resumes from the checkpoint; SIGTERM stops it cleanly.
     log = project / "run-2.log"
-    process = start_kedro(project_bin, project, RUN, "run-2.log")
+    process = start_kedro(project_bin, project, RUN, log)
     try:
         records = wait_for_offsets(
             servers, outputs, len(messages), process=process, log=log

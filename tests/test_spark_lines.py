@@ -115,7 +115,7 @@ def test_example_runs_on_another_spark_line(line_project, broker_log_on_failure)
         bin_dir,
         project,
         [*realtime, "--params", "realtime_checkpoint_interval=5 seconds"],
-        log.name,
+        log,
     )
     try:
         records = wait_for_offsets(
