@@ -100,16 +100,16 @@ def measure(
         auto_offset_reset="earliest",
         fetch_max_wait_ms=5,
     )
-    received: list[tuple[float, float, float]] = []  # read at, produced at, sent at
+    # Read at, value, sent at: decoded after the run, so that the reader keeps
+    # up (JSON in this loop would be counted as latency).
+    raw: list[tuple[float, bytes, int]] = []
     stop = threading.Event()
 
     def consume() -> None:
         while not stop.is_set():
             for records in consumer.poll(timeout_ms=50).values():
                 read_at = time.time()
-                for record in records:
-                    produced = json.loads(record.value)["kafka_timestamp"]
-                    received.append((read_at, epoch(produced), record.timestamp / 1000))
+                raw.extend((read_at, r.value, r.timestamp) for r in records)
 
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
@@ -133,7 +133,7 @@ def measure(
         count = args.rate * args.seconds
         produce(classpath, topics["trips"], payloads, count, args.rate)
         deadline = time.monotonic() + 60
-        while len(received) < count and time.monotonic() < deadline:
+        while len(raw) < count and time.monotonic() < deadline:
             time.sleep(0.5)
     finally:
         stop.set()
@@ -146,6 +146,10 @@ def measure(
         for line in (project / f"data/bench-{suffix}/streams/progress.jsonl")
         .read_text()
         .splitlines()
+    ]
+    received = [
+        (read_at, epoch(json.loads(value)["kafka_timestamp"]), sent_at / 1000)
+        for read_at, value, sent_at in raw
     ]
     return report(received, count, args.warmup, batches)
 

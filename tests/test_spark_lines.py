@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import pytest
 import yaml
 from reference import example_settings, expected_outputs, message_batches, zone_boroughs
 from support import (
     AS_SHIPPED,
+    STARTER_ROOT,
     assert_each_message,
     assert_matches_reference,
     assert_one_commit_per_batch,
@@ -126,3 +128,27 @@ def test_example_runs_on_another_spark_line(line_project, broker_log_on_failure)
         assert process.wait(timeout=60) == 0, log.read_text()[-5000:]
     copies = assert_each_message(project, records, messages, trips_topic, outputs)
     assert all(len(written) == 1 for written in copies.values())
+
+
+def test_a_spark_line_without_its_packages_is_refused_when_the_project_is_made(
+    tmp_path,
+):
+    """4.3 has no Delta release yet: `kedro new` stops, naming the lines it makes."""
+    config = tmp_path / "config.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "project_name": "Too New",
+                "output_dir": str(tmp_path),
+                "spark_version": "4.3.0",
+            }
+        )
+    )
+    kedro_new = [sys.executable, "-m", "kedro", "new", "--starter", str(STARTER_ROOT)]
+    refused = run([*kedro_new, "--config", str(config)], cwd=tmp_path, check=False)
+    assert refused.returncode != 0
+    assert (
+        "spark_version '4.3.0' is not supported: choose a release of Spark 4.0, 4.1, "
+        "4.2" in " ".join(refused.output.split())
+    )
+    assert not (tmp_path / "too-new").exists()
