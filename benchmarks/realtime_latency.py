@@ -222,6 +222,22 @@ def report(received: list, sent: int, warmup: float, batches: list[dict]) -> str
         )
     ended = [b for b in batches if b["query"] == "trip_messages"]
     parts.append(f"{len(ended)} batches ended (checkpoints) during the run")
+    if 0 < len(ended) <= 10:  # Real-Time Mode: where the tail falls
+        ends = [epoch(b["time"]) + b["duration_ms"] / 1000 for b in ended]
+        steady = [r for r in received if r[1] >= first + warmup]
+        at_end = [any(abs(r[1] - end) <= 1 for end in ends) for r in steady]
+        near = [r for r, flag in zip(steady, at_end) if flag]
+        between = [r for r, flag in zip(steady, at_end) if not flag]
+        for name, rows in (("within 1 s of a batch end", near), ("between", between)):
+            spark = sorted(1000 * (sent_at - produced) for _, produced, sent_at in rows)
+            if spark:
+                parts.append(
+                    f"Spark's share after {warmup} s, {name} ({len(rows):,}): "
+                    + ", ".join(
+                        f"p{q} {quantile(spark, q / 100):.0f}" for q in (50, 99)
+                    )
+                    + f", max {spark[-1]:.0f} ms"
+                )
     return "; ".join(parts)
 
 
