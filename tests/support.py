@@ -251,6 +251,15 @@ def delta_commits(folder: Path) -> list[dict]:
     return commits
 
 
+def last_batch_watermark(checkpoint: Path) -> pd.Timestamp:
+    """The event-time watermark a query's last committed batch ran with."""
+    last = max(batch_ids(checkpoint / "commits"))
+    metadata = json.loads(
+        (checkpoint / "offsets" / str(last)).read_text().splitlines()[1]
+    )
+    return pd.Timestamp(metadata["batchWatermarkMs"], unit="ms")
+
+
 def batch_ids(folder: Path) -> set[int]:
     """The batch ids a checkpoint's offsets or commits folder holds."""
     if not folder.is_dir():

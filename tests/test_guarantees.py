@@ -43,6 +43,7 @@ from support import (
     delta_commits,
     free_port,
     kedro_run,
+    last_batch_watermark,
     payload,
     point_at_broker,
     read_table,
@@ -79,6 +80,21 @@ real_upsert_batches, dataset.upsert_batches = dataset.upsert_batches, upsert_bat
 sys.argv[0] = "kedro"
 main()
 """
+
+
+def emitted_so_far(expected, checkpoint: Path) -> None:
+    """Keeps, of the reference's append-mode summary, the windows up to the
+    watermark the summary query last ran with.
+
+    A bounded run (availableNow) may end without the batch that would only
+    move the watermark: after the restart here it did once in two CI runs
+    with Spark 4.2.0, and a further bounded run with no new data did not run
+    it either. The windows that the trips of the query's own last batch
+    closed (there, the 7 that a trip dated today closes) then wait in its
+    state for the next batch with data.
+    """
+    emitted = expected.summary.window_end <= last_batch_watermark(checkpoint)
+    expected.summary = expected.summary[emitted].reset_index(drop=True)
 
 
 def assert_live_after_crash(project: Path, expected) -> None:
@@ -171,6 +187,7 @@ def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(
     expected = expected_outputs(
         message_batches(messages, 2 * CHUNK), boroughs, settings
     )
+    emitted_so_far(expected, tables / "checkpoints/hourly_borough_summary")
     assert_matches_reference(project, expected, "data/delta")
     assert_live_after_crash(project, expected)
 

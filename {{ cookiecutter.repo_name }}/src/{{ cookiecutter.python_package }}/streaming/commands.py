@@ -469,8 +469,9 @@ def _plan_problem(spark, dataset: SparkStreamingDataset, frame) -> str | None:
         frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
     except Exception as error:
         return headline(error)
-    if dataset.data_problems(frame):
-        return dataset.data_problems(frame)[0]
+    problems = dataset.data_problems(frame)
+    if problems:
+        return problems[0]
     if dataset.real_time:
         problem = real_time_plan_problem(frame, spark.version)
         if problem:
