@@ -101,21 +101,20 @@ def check_real_time(
                 "run it without `--params trigger=available_now` (Ctrl-C or SIGTERM "
                 "stops it cleanly)"
             )
-        problems += [
-            f"'{name}' runs in Real-Time Mode, which reads Kafka only, but its query "
-            f"reads '{source}' ({source_dataset.file_format}): run it on a Kafka "
-            "source, or give it a processingTime trigger"
-            for source, source_dataset in sources_of(name).items()
-            if source_dataset.file_format != "kafka"
-        ]
-        problems += [
-            f"'{name}' runs in Real-Time Mode, which reads each record as it comes: "
-            f"its source '{source}' sets maxOffsetsPerTrigger, which Spark refuses "
-            "then; read the topic through a catalog entry without it (as "
-            "realtime_raw_trips in conf/kafka/catalog.yml does)"
-            for source, source_dataset in sources_of(name).items()
-            if "maxOffsetsPerTrigger" in source_dataset.load_options
-        ]
+        for source, source_dataset in sources_of(name).items():
+            if source_dataset.file_format != "kafka":
+                problems.append(
+                    f"'{name}' runs in Real-Time Mode, which reads Kafka only, but "
+                    f"its query reads '{source}' ({source_dataset.file_format}): run "
+                    "it on a Kafka source, or give it a processingTime trigger"
+                )
+            elif "maxOffsetsPerTrigger" in source_dataset.load_options:
+                problems.append(
+                    f"'{name}' runs in Real-Time Mode, which reads each record as it "
+                    f"comes: its source '{source}' sets maxOffsetsPerTrigger, which "
+                    "Spark refuses then; read the topic through a catalog entry "
+                    "without it (as realtime_raw_trips in conf/kafka/catalog.yml does)"
+                )
     if problems:
         raise StreamingConfigError(
             "Real-Time Mode cannot run here:\n  - " + "\n  - ".join(problems)

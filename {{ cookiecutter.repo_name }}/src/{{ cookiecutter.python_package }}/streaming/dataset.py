@@ -452,7 +452,7 @@ def _with_trigger(
     trigger. Spark Connect's writer has no JVM side.
     """
     interval = trigger.get(REAL_TIME)
-    if interval is None or "realTime" in inspect.signature(writer.trigger).parameters:
+    if interval is None or REAL_TIME in inspect.signature(writer.trigger).parameters:
         return writer.trigger(**trigger)
     java_writer = getattr(writer, "_jwrite", None)
     if java_writer is None:
