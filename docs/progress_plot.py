@@ -73,10 +73,10 @@ def main() -> None:
     summary.bar(windows["batch"], windows["rows_written"], label="windows written")
     summary.plot(
         windows["batch"],
-        windows["dropped_by_watermark"],
+        windows["late_state_rows_dropped"],
         "o-",
         color="C3",
-        label="trips dropped by watermark",
+        label="late (window, borough) groups dropped",
     )
     summary.set(title="hourly_borough_summary", xlabel="batch", ylabel="rows")
     summary.set_ylim(0, windows["rows_written"].max() * 1.5)

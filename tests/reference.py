@@ -409,6 +409,9 @@ class Expected:
     late_trips: int = 0
     # (window start, pickup borough): the late trips dropped from that window.
     late_by_window: Counter = field(default_factory=Counter)
+    # Per micro-batch: the late (window, borough) groups, which Spark counts
+    # as its numRowsDroppedByWatermark (it aggregates a batch before its state).
+    late_groups_by_batch: list[int] = field(default_factory=list)
     tombstones: int = 0
     # Closed windows (the append-mode summary), and every window (the live one).
     summary: pd.DataFrame | None = None
@@ -443,14 +446,17 @@ def expected_outputs(
                 valid.append(verdict.trip)
         out.batch_counts.append(counts)
         out.bronze += valid
+        late_groups = set()
         for trip in valid:
             start = _window_start(trip["lpep_dropoff_datetime"], window)
             key = (start, boroughs.get(trip["PULocationID"], "Unknown"))
             if late_wm is not None and start + window <= late_wm:
                 out.late_trips += 1
                 out.late_by_window[key] += 1
+                late_groups.add(key)
                 continue
             state[key].append(trip)
+        out.late_groups_by_batch.append(len(late_groups))
         if valid:
             batch_wm = max(t["lpep_dropoff_datetime"] for t in valid) - delay
             late_wm = eviction_wm

@@ -367,12 +367,15 @@ def logged_expectations(log: str, query: str = "bronze_trips") -> dict:
         pairs = re.findall(r"(\w+) (\d+)", text or "")
         return {rule: int(count) for rule, count in pairs}
 
+    stateful = r"(?:, watermark [^,]*, \d+ state rows, \d+ late state rows dropped)?"
     batches = re.findall(
-        rf"Query {query} batch \d+: .*? dropped by watermark(?:, expectations: ([\w ,]+))?",
+        rf"Query {query} batch \d+: [^\n]*? ms{stateful}"
+        r"(?:, expectations: ([\w ,]+))?",
         log,
     )
     ended = re.search(
-        rf"Query {query} ended: .*? dropped by watermark(?:, expectations: ([\w ,]+))?\.",
+        rf"Query {query} ended: [^\n]*? quarantined"
+        r"(?:, \d+ late state rows dropped)?(?:, expectations: ([\w ,]+))?\.",
         log,
     )
     return {

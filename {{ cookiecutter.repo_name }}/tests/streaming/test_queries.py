@@ -1,3 +1,5 @@
+import logging
+import os
 from pathlib import Path
 
 import pyspark
@@ -290,6 +292,57 @@ def test_progress_log_counts_every_batch_and_keeps_totals_only(spark, tmp_path):
     assert totals["rows_written"] == totals["input_rows"]
     # The same keys after 2 and 6 batches: one counter per figure, nothing per batch.
     assert held[2] == held[6] == [("ticks", sorted(totals))]
+
+
+def test_the_late_figure_counts_late_groups_not_records(spark, tmp_path, caplog):
+    """Spark sums a micro-batch per window and key before its state, so its
+    figure of late rows counts late (window, key) groups: the progress line
+    names it for that."""
+    batches = [
+        ["2024-03-01 10:05:00 A"],
+        ["2024-03-01 12:10:00 A"],  # the watermark passes 10:00, then 12:00
+        # 5 late records in 3 late groups: (09:00, A) thrice, (09:00, B), (08:00, A).
+        [
+            "2024-03-01 09:10:00 A",
+            "2024-03-01 09:20:00 A",
+            "2024-03-01 09:30:00 A",
+            "2024-03-01 09:40:00 B",
+            "2024-03-01 08:50:00 A",
+        ],
+    ]
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    for number, lines in enumerate(batches):
+        file = landing / f"{number}.csv"
+        file.write_text("\n".join(lines) + "\n")
+        os.utime(file, (1_700_000_000 + number, 1_700_000_000 + number))
+    events = (
+        spark.readStream.schema("line STRING")
+        .option("maxFilesPerTrigger", 1)
+        .csv(str(landing))
+        .select(
+            F.to_timestamp(F.substring("line", 1, 19)).alias("at"),
+            F.substring("line", 21, 1).alias("key"),
+        )
+    )
+    query = (
+        events.withWatermark("at", "0 seconds")
+        .groupBy(F.window("at", "1 hour"), "key")
+        .count()
+        .writeStream.format("noop")
+        .outputMode("append")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    progress = ProgressLog()
+    with caplog.at_level(logging.INFO):
+        progress.update("late", query)
+
+    assert progress.totals["late"]["late_state_rows_dropped"] == 3
+    assert progress.stateful == {"late"}
+    assert "3 late state rows dropped" in caplog.text
 
 
 def test_delta_state_is_rebuilt_in_as_few_tasks_as_shuffles():

@@ -17,7 +17,7 @@ def record(query: str, batch: int, rows: int = 10, **expectations: int) -> dict:
         "input_rows": rows,
         "rows_written": rows,
         "quarantined": 1,
-        "dropped_by_watermark": 0,
+        "late_state_rows_dropped": 0,
     }
 
 
@@ -38,7 +38,7 @@ def test_progress_log_is_bounded_and_totals_outlive_its_rotation(tmp_path):
         "input_rows": 400,
         "rows_written": 400,
         "quarantined": 40,
-        "dropped_by_watermark": 0,
+        "late_state_rows_dropped": 0,
         "expectations": {"unparsed": 40, "trip_speed": 20},
         "last_batch": 39,
         "last_time": "2024-03-01T00:00:39Z",

@@ -37,6 +37,8 @@ class ProgressLog:
         self.totals: dict[str, Counter] = {}
         # Per query: the records each expectation caught (and `unparsed`).
         self.expectation_totals: dict[str, Counter] = {}
+        # Queries whose reports carry stateful operators (watermark, state).
+        self.stateful: set[str] = set()
         self._state = state
         self._last_seen: dict[str, tuple[str, int]] = {}
 
@@ -72,14 +74,28 @@ class ProgressLog:
             "quarantined": sum(
                 row.get(QUARANTINED_FIELD, 0) for row in metrics.values()
             ),
-            "dropped_by_watermark": sum(
+            # Spark's numRowsDroppedByWatermark: rows that reached a stateful
+            # operator after the watermark had passed them. An aggregation
+            # pre-aggregates each micro-batch before its state, so there a
+            # row is one group (window and key) of the batch, not a record.
+            "late_state_rows_dropped": sum(
                 state.get("numRowsDroppedByWatermark", 0) for state in states
             ),
         }
         caught = expectation_counts(metrics.get(EXPECTATIONS_METRIC))
+        # Event time and state only for a query that keeps state.
+        if states:
+            self.stateful.add(name)
+        stateful = (
+            f", watermark {report.get('eventTime', {}).get('watermark', 'none')}, "
+            f"{sum(state.get('numRowsTotal', 0) for state in states)} state rows, "
+            f"{batch['late_state_rows_dropped']} late state rows dropped"
+            if states
+            else ""
+        )
         logger.info(
             "Query %s batch %d: %d rows in, %d written, %d quarantined, %.1f rows/s, "
-            "%d ms, watermark %s, %d state rows, %d dropped by watermark%s",
+            "%d ms%s%s",
             name,
             report["batchId"],
             batch["input_rows"],
@@ -87,9 +103,7 @@ class ProgressLog:
             batch["quarantined"],
             sum(source.get("processedRowsPerSecond", 0.0) for source in sources),
             report.get("batchDuration", 0),
-            report.get("eventTime", {}).get("watermark", "none"),
-            sum(state.get("numRowsTotal", 0) for state in states),
-            batch["dropped_by_watermark"],
+            stateful,
             describe_expectations(caught),
         )
         self.totals.setdefault(name, Counter()).update(batch)

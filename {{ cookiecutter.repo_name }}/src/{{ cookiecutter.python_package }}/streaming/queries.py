@@ -154,15 +154,17 @@ class StreamingQueryHooks:
         self._update_progress()
         for name in self._queries:
             totals = self._progress.totals.get(name, Counter())
+            late = totals["late_state_rows_dropped"]
+            stateful = name in self._progress.stateful
             logger.info(
-                "Query %s ended: %d batches, %d rows in, %d written, %d quarantined, "
-                "%d dropped by watermark%s.",
+                "Query %s ended: %d batches, %d rows in, %d written, %d quarantined"
+                "%s%s.",
                 name,
                 totals["batches"],
                 totals["input_rows"],
                 totals["rows_written"],
                 totals["quarantined"],
-                totals["dropped_by_watermark"],
+                f", {late} late state rows dropped" if stateful else "",
                 describe_expectations(
                     dict(self._progress.expectation_totals.get(name, {}))
                 ),

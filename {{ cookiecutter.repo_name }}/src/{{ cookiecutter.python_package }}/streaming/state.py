@@ -5,7 +5,7 @@
   ``progress.1.jsonl`` (replacing the previous one), so the log keeps at
   least the last ``max_bytes`` and never more than twice that.
 - ``totals.json``: per query, the sums since its last reset (batches, rows
-  in, written, quarantined, dropped by watermark, and the records each
+  in, written, quarantined, late state rows dropped, and the records each
   expectation caught), which outlive the rotation.
 - ``running/<query>.json``: the process running a query, with a heartbeat a
   few seconds old at most while it runs; removed when it stops.
@@ -39,7 +39,7 @@ TOTAL_KEYS = (
     "input_rows",
     "rows_written",
     "quarantined",
-    "dropped_by_watermark",
+    "late_state_rows_dropped",
 )
 
 
