@@ -96,6 +96,8 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     status = status_lines(project_bin, fresh_project)
     assert_status_counts(status["bronze_trips"], batches, lines, expected)
     assert f"{len(expected.summary)} rows written" in status["hourly_borough_summary"]
+    late_groups = sum(expected.late_groups_by_batch)
+    assert f"{late_groups} late state rows dropped" in status["hourly_borough_summary"]
     assert (
         f"{sum(expected.rejections.values())} rows written"
         in (status["quarantined_trips"])

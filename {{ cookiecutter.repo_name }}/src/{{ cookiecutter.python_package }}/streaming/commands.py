@@ -129,6 +129,11 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
             if query_totals.get("quarantined") or query_totals.get("expectations"):
                 written += f", {query_totals['quarantined']} quarantined"
                 written += describe_expectations(query_totals.get("expectations", {}))
+            if query_totals.get("late_state_rows_dropped"):
+                written += (
+                    f", {query_totals['late_state_rows_dropped']} late state rows "
+                    "dropped"
+                )
             parts.append(written)
         info = running.get(name)
         parts.append(
