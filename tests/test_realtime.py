@@ -17,6 +17,7 @@ import time
 from collections import Counter
 
 import yaml
+from kafka.admin import KafkaAdminClient, NewTopic
 from support import (
     assert_each_message,
     bad_messages,
@@ -157,3 +158,33 @@ def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(
     )
     assert "trip_messages: batch" in status.stdout
     assert f"realtime_raw_trips lag {trips_topic} 0 messages" in status.stdout
+
+    # A topic of 3 partitions on local[2]: one would never be read. Refused
+    # before start, by `run` and `validate` alike (validate starts nothing).
+    wide_topic = f"wide-{trips_topic}"
+    admin = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        admin.create_topics([NewTopic(wide_topic, 3, 1)])
+    finally:
+        admin.close()
+    globals_file = project / "conf/kafka/globals.yml"
+    globals_file.write_text(
+        globals_file.read_text().replace(
+            f"trips_topic: {trips_topic}", f"trips_topic: {wide_topic}"
+        )
+    )
+    validate = streams(
+        project_bin,
+        project,
+        "validate",
+        "--env",
+        "kafka",
+        "--pipelines",
+        "realtime",
+        check=False,
+    )
+    assert validate.returncode == 1, validate.stdout + validate.stderr
+    assert (
+        "its Kafka source 'realtime_raw_trips' (3) for as long as it runs, but "
+        "Spark has 2 cores: 1 partition(s) would never be read"
+    ) in validate.stdout + validate.stderr

@@ -17,6 +17,7 @@ from {{ cookiecutter.python_package }}.streaming import (
 from {{ cookiecutter.python_package }}.streaming.checks import (
     check_paths_reach_the_cluster,
     check_real_time,
+    check_real_time_task_slots,
     real_time_plan_problem,
     run_trigger,
 )
@@ -368,6 +369,33 @@ def test_shipped_packages_fit_the_installed_pyspark():
         check_kafka_connector(packages, version, local_scala_version())
         check_delta_package(packages, version, local_scala_version())
     assert delta_package_for(version) in packages
+
+
+def test_real_time_mode_needs_a_core_per_kafka_partition(spark):
+    """A partition beyond a local Spark's cores would never be read, silently:
+    refused before start (here local[2])."""
+    out = SparkStreamingDataset(
+        file_format="kafka",
+        save_args={"checkpoint": "c", "trigger": {"realTime": "1 minute"}},
+    )
+
+    def source(**load_args):
+        return SparkStreamingDataset(file_format="kafka", load_args=load_args)
+
+    def check(dataset):
+        check_real_time_task_slots(spark, {"out": out}, lambda _: {"in": dataset})
+
+    check(source(assign='{"trips": [0, 1]}'))
+    check(source(subscribePattern="trips.*"))  # partitions unknown before start
+    for too_many in (
+        source(assign='{"trips": [0, 1], "other": [0]}'),
+        source(assign='{"trips": [0]}', minPartitions="3"),
+    ):
+        with pytest.raises(StreamingConfigError, match=r"source 'in' \(3\)") as error:
+            check(too_many)
+        assert "Spark has 2 cores: 1 partition(s) would never be read" in str(
+            error.value
+        )
 
 
 def test_real_time_mode_is_refused_where_it_cannot_run(spark):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections import Counter
 from typing import Any
@@ -119,6 +121,80 @@ def check_real_time(
         raise StreamingConfigError(
             "Real-Time Mode cannot run here:\n  - " + "\n  - ".join(problems)
         )
+
+
+def check_real_time_task_slots(
+    spark: SparkSession, sinks: dict[str, SparkStreamingDataset], sources_of
+) -> None:
+    """Fails when a Real-Time Mode query would hold more tasks than a local
+    Spark has cores.
+
+    Such a query holds one task per partition of its Kafka topics (or
+    ``minPartitions``) for as long as it runs; a task that finds no free
+    core waits for the end of the batch, and its partition is never read,
+    without an error. Checked on a local master only, whose cores are known
+    before the query starts; a cluster's executors may still be joining.
+    """
+    slots = _local_cores(spark.conf.get("spark.master", ""))
+    if slots is None:
+        return
+    problems = []
+    for name in sinks:
+        for source, dataset in sources_of(name).items():
+            tasks = _kafka_source_tasks(dataset)
+            if tasks is not None and tasks > slots:
+                problems.append(
+                    f"'{name}' runs in Real-Time Mode, which holds a task per "
+                    f"partition of its Kafka source '{source}' ({tasks}) for as long "
+                    f"as it runs, but Spark has {slots} cores: {tasks - slots} "
+                    f"partition(s) would never be read. Give Spark at least {tasks} "
+                    "cores (spark.master in spark.yml), or read a topic with at "
+                    f"most {slots} partitions"
+                )
+    if problems:
+        raise StreamingConfigError(
+            "Real-Time Mode cannot run here:\n  - " + "\n  - ".join(problems)
+        )
+
+
+def _local_cores(master: str) -> int | None:
+    """The cores of a local master (``local``, ``local[4]``, ``local[*]``)."""
+    if master == "local":
+        return 1
+    found = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master)
+    if not found:
+        return None
+    return (os.cpu_count() or 1) if found[1] == "*" else int(found[1])
+
+
+def _kafka_source_tasks(dataset: SparkStreamingDataset) -> int | None:
+    """The tasks Spark's Kafka source makes for ``dataset``: one per partition
+    of its topics, ``minPartitions`` at least. None when that is not known
+    before start (a pattern subscription, a broker that does not answer)."""
+    options = dataset.load_options
+    if "assign" in options:
+        partitions = sum(len(p) for p in json.loads(options["assign"]).values())
+    elif "subscribe" in options:
+        from kafka import KafkaConsumer  # noqa: PLC0415
+        from kafka.errors import KafkaError  # noqa: PLC0415
+
+        topics = [t.strip() for t in str(options["subscribe"]).split(",")]
+        try:
+            consumer = KafkaConsumer(
+                **dataset.kafka_python_config, request_timeout_ms=5000
+            )
+            try:
+                counts = [consumer.partitions_for_topic(t) for t in topics]
+            finally:
+                consumer.close()
+        except KafkaError:
+            return None
+        if any(count is None for count in counts):
+            return None  # a topic not created yet
+        partitions = sum(len(count) for count in counts)
+    else:
+        return None
+    return max(partitions, int(options.get("minPartitions", 0)))
 
 
 # Logical plan nodes that keep state across micro-batches, and the first
@@ -338,6 +414,11 @@ def check_run(
     for name, dataset in {**sources, **sinks}.items():
         if dataset.file_format == "kafka":
             check_kafka_reachable(spark, name, dataset, timeout)
+    check_real_time_task_slots(
+        spark,
+        {name: d for name, d in sinks.items() if d.real_time},
+        lambda sink: query_sources(catalog, pipeline, sink),
+    )
 
 
 def headline(error: BaseException, limit: int = 1000) -> str:

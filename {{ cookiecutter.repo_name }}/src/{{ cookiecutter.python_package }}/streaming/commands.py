@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,8 +38,6 @@ from .errors import StreamingConfigError
 from .progress import describe_expectations
 from .session import spark_session
 from .state import StreamState
-
-_JAAS_USER = re.compile(r'username="([^"]*)"\s+password="([^"]*)"')
 
 pipelines_option = click.option(
     "--pipelines",
@@ -424,19 +421,8 @@ def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
     }
     if not partitions:
         return "unknown (no batch committed yet)"
-    config = dataset.kafka_client_config
-    client: dict[str, Any] = {"bootstrap_servers": config.get("bootstrap.servers")}
-    if config.get("security.protocol"):
-        client["security_protocol"] = config["security.protocol"]
-    if config.get("sasl.mechanism"):
-        client["sasl_mechanism"] = config["sasl.mechanism"]
-    credentials = _JAAS_USER.search(config.get("sasl.jaas.config", ""))
-    if credentials:
-        client["sasl_plain_username"], client["sasl_plain_password"] = (
-            credentials.groups()
-        )
     try:
-        consumer = KafkaConsumer(**client, request_timeout_ms=5000)
+        consumer = KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
         try:
             latest = consumer.end_offsets(list(partitions))
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import re
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from pyspark.sql.utils import AnalysisException
 
 from .delta import DELTA_FORMAT, create_delta_table, upsert_batches
 from .session import spark_session
+
+_JAAS_USER = re.compile(r'username="([^"]*)"\s+password="([^"]*)"')
 
 OUTPUT_MODES = ("append", "complete", "update")
 # Spark's file sinks only append; other output modes need a sink that can
@@ -287,6 +290,24 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             for key, value in options.items()
             if key.startswith("kafka.")
         }
+
+    @property
+    def kafka_python_config(self) -> dict[str, Any]:
+        """``kafka_client_config`` as kafka-python's client arguments, for the
+        runtime's own calls to the brokers (``status``' lag, the Real-Time Mode
+        check). Secrets included: never for display."""
+        config = self.kafka_client_config
+        client: dict[str, Any] = {"bootstrap_servers": config.get("bootstrap.servers")}
+        if config.get("security.protocol"):
+            client["security_protocol"] = config["security.protocol"]
+        if config.get("sasl.mechanism"):
+            client["sasl_mechanism"] = config["sasl.mechanism"]
+        credentials = _JAAS_USER.search(config.get("sasl.jaas.config", ""))
+        if credentials:
+            client["sasl_plain_username"], client["sasl_plain_password"] = (
+                credentials.groups()
+            )
+        return client
 
     @property
     def kafka_options(self) -> dict[str, str]:
