@@ -457,9 +457,12 @@ def expected_outputs(
                 continue
             state[key].append(trip)
         out.late_groups_by_batch.append(len(late_groups))
+        # The next batch checks late trips against the watermark this one ran
+        # with, whether or not this one had trips (a batch that only moves
+        # the watermark is still a batch).
+        late_wm = eviction_wm
         if valid:
             batch_wm = max(t["lpep_dropoff_datetime"] for t in valid) - delay
-            late_wm = eviction_wm
             eviction_wm = (
                 batch_wm if eviction_wm is None else max(eviction_wm, batch_wm)
             )

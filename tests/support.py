@@ -260,6 +260,59 @@ def last_batch_watermark(checkpoint: Path) -> pd.Timestamp:
     return pd.Timestamp(metadata["batchWatermarkMs"], unit="ms")
 
 
+def delta_stream_batches(table: Path, checkpoint: Path) -> list[list[int]]:
+    """The ``kafka_offset`` of every row each micro-batch of a query read from
+    the Delta table ``table``, in batch order, from the query's checkpoint.
+
+    Each batch's offsets file ends at (reservoirVersion, index): the source
+    has read every file up to that point. Files of the version the query
+    started from (``isStartingVersion``) are that version's snapshot, in the
+    source's order (modification time, then path); a later version's are its
+    commit's ``add`` actions, numbered by their line in the commit.
+    """
+    ends = []
+    for batch in sorted(batch_ids(checkpoint / "offsets")):
+        offset = json.loads(
+            (checkpoint / "offsets" / str(batch)).read_text().splitlines()[2]
+        )
+        ends.append(offset)
+    start = next(o["reservoirVersion"] for o in ends if o["isStartingVersion"])
+    files: list[tuple[tuple[int, int], str]] = []
+    snapshot = DeltaTable(table, version=start).get_add_actions(flatten=True)
+    snapshot = sorted(
+        zip(
+            snapshot.column("modification_time").to_pylist(),
+            snapshot.column("path").to_pylist(),
+            strict=True,
+        )
+    )
+    files += [((start, index), path) for index, (_, path) in enumerate(snapshot)]
+    log = table / "_delta_log"
+    version = start + 1
+    while (log / f"{version:020d}.json").exists():
+        lines = (log / f"{version:020d}.json").read_text().splitlines()
+        for index, line in enumerate(lines):
+            add = json.loads(line).get("add")
+            if add and add.get("dataChange", True):
+                files.append(((version, index), add["path"]))
+        version += 1
+    batches, previous = [], (start, -1)
+    for end in ends:
+        until = (end["reservoirVersion"], end["index"])
+        read = [path for key, path in files if previous < key <= until]
+        batches.append(
+            sorted(
+                offset
+                for path in read
+                for offset in pd.read_parquet(table / path, columns=["kafka_offset"])[
+                    "kafka_offset"
+                ]
+            )
+        )
+        previous = until
+    return batches
+
+
 def batch_ids(folder: Path) -> set[int]:
     """The batch ids a checkpoint's offsets or commits folder holds."""
     if not folder.is_dir():
