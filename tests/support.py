@@ -270,23 +270,24 @@ def delta_stream_batches(table: Path, checkpoint: Path) -> list[list[int]]:
     source's order (modification time, then path); a later version's are its
     commit's ``add`` actions, numbered by their line in the commit.
     """
-    ends = []
-    for batch in sorted(batch_ids(checkpoint / "offsets")):
-        offset = json.loads(
-            (checkpoint / "offsets" / str(batch)).read_text().splitlines()[2]
-        )
-        ends.append(offset)
+    ends = [
+        json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[2])
+        for batch in sorted(batch_ids(checkpoint / "offsets"))
+    ]
     start = next(o["reservoirVersion"] for o in ends if o["isStartingVersion"])
-    files: list[tuple[tuple[int, int], str]] = []
     snapshot = DeltaTable(table, version=start).get_add_actions(flatten=True)
-    snapshot = sorted(
-        zip(
-            snapshot.column("modification_time").to_pylist(),
-            snapshot.column("path").to_pylist(),
-            strict=True,
+    files = [
+        ((start, index), path)
+        for index, (_, path) in enumerate(
+            sorted(
+                zip(
+                    snapshot.column("modification_time").to_pylist(),
+                    snapshot.column("path").to_pylist(),
+                    strict=True,
+                )
+            )
         )
-    )
-    files += [((start, index), path) for index, (_, path) in enumerate(snapshot)]
+    ]
     log = table / "_delta_log"
     version = start + 1
     while (log / f"{version:020d}.json").exists():

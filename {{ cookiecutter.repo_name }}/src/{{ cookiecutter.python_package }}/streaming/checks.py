@@ -6,6 +6,7 @@ import json
 import os
 import re
 from collections import Counter
+from contextlib import closing
 from typing import Any
 
 from kedro.io import DataCatalog, MemoryDataset
@@ -117,6 +118,10 @@ def check_real_time(
                     "Spark refuses then; read the topic through a catalog entry "
                     "without it (as realtime_raw_trips in conf/kafka/catalog.yml does)"
                 )
+    _refuse_real_time(problems)
+
+
+def _refuse_real_time(problems: list[str]) -> None:
     if problems:
         raise StreamingConfigError(
             "Real-Time Mode cannot run here:\n  - " + "\n  - ".join(problems)
@@ -151,10 +156,7 @@ def check_real_time_task_slots(
                     "cores (spark.master in spark.yml), or read a topic with at "
                     f"most {slots} partitions"
                 )
-    if problems:
-        raise StreamingConfigError(
-            "Real-Time Mode cannot run here:\n  - " + "\n  - ".join(problems)
-        )
+    _refuse_real_time(problems)
 
 
 def _local_cores(master: str) -> int | None:
@@ -180,13 +182,10 @@ def _kafka_source_tasks(dataset: SparkStreamingDataset) -> int | None:
 
         topics = [t.strip() for t in str(options["subscribe"]).split(",")]
         try:
-            consumer = KafkaConsumer(
-                **dataset.kafka_python_config, request_timeout_ms=5000
-            )
-            try:
+            with closing(
+                KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
+            ) as consumer:
                 counts = [consumer.partitions_for_topic(t) for t in topics]
-            finally:
-                consumer.close()
         except KafkaError:
             return None
         if any(count is None for count in counts):
@@ -387,11 +386,13 @@ def check_run(
     sources = streaming_datasets(catalog, pipeline.inputs())
     trigger = run_trigger(settings)
     check_configuration(sinks, sources)
+    real_time_sinks = {name: d for name, d in sinks.items() if d.real_time}
+
+    def sources_of(sink: str) -> dict[str, SparkStreamingDataset]:
+        return query_sources(catalog, pipeline, sink)
+
     check_real_time(
-        spark.version,
-        {name: d for name, d in sinks.items() if d.real_time},
-        lambda sink: query_sources(catalog, pipeline, sink),
-        bounded=trigger is not None,
+        spark.version, real_time_sinks, sources_of, bounded=trigger is not None
     )
     check_streams_have_sinks(catalog, pipeline, {**sources, **sinks})
     location = spark_location(spark)
@@ -414,11 +415,7 @@ def check_run(
     for name, dataset in {**sources, **sinks}.items():
         if dataset.file_format == "kafka":
             check_kafka_reachable(spark, name, dataset, timeout)
-    check_real_time_task_slots(
-        spark,
-        {name: d for name, d in sinks.items() if d.real_time},
-        lambda sink: query_sources(catalog, pipeline, sink),
-    )
+    check_real_time_task_slots(spark, real_time_sinks, sources_of)
 
 
 def headline(error: BaseException, limit: int = 1000) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -422,11 +422,10 @@ def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
     if not partitions:
         return "unknown (no batch committed yet)"
     try:
-        consumer = KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
-        try:
+        with closing(
+            KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
+        ) as consumer:
             latest = consumer.end_offsets(list(partitions))
-        finally:
-            consumer.close()
     except KafkaError as error:
         return f"unknown (the broker did not answer: {type(error).__name__})"
     by_topic: dict[str, int] = {}
