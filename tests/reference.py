@@ -412,10 +412,20 @@ class Expected:
     # Per micro-batch: the late (window, borough) groups, which Spark counts
     # as its numRowsDroppedByWatermark (it aggregates a batch before its state).
     late_groups_by_batch: list[int] = field(default_factory=list)
+    # Per micro-batch: its records, the ones rejected, the (window, borough)
+    # rows an update-mode summary writes (those its trips changed), and the
+    # windows an append-mode summary writes (those the watermark closed).
+    batch_rows: list[int] = field(default_factory=list)
+    batch_rejected: list[int] = field(default_factory=list)
+    batch_updated: list[int] = field(default_factory=list)
+    batch_closed: list[int] = field(default_factory=list)
     tombstones: int = 0
     # Closed windows (the append-mode summary), and every window (the live one).
     summary: pd.DataFrame | None = None
     live: pd.DataFrame | None = None
+    # The windows the append-mode summary wrote in these batches: `summary`
+    # but for those only a further batch (moving the watermark) would write.
+    written: pd.DataFrame | None = None
 
 
 def expected_outputs(
@@ -433,6 +443,7 @@ def expected_outputs(
     window, delay = settings.window, settings.watermark_delay
     out = Expected()
     state: dict[tuple, list[dict]] = defaultdict(list)
+    emitted: set[tuple] = set()
     eviction_wm = late_wm = None
     for batch in batches:
         valid, counts = [], Counter()
@@ -445,8 +456,10 @@ def expected_outputs(
             else:
                 valid.append(verdict.trip)
         out.batch_counts.append(counts)
+        out.batch_rows.append(len(batch))
+        out.batch_rejected.append(len(batch) - len(valid))
         out.bronze += valid
-        late_groups = set()
+        late_groups, updated = set(), set()
         for trip in valid:
             start = _window_start(trip["lpep_dropoff_datetime"], window)
             key = (start, boroughs.get(trip["PULocationID"], "Unknown"))
@@ -456,7 +469,18 @@ def expected_outputs(
                 late_groups.add(key)
                 continue
             state[key].append(trip)
+            updated.add(key)
         out.late_groups_by_batch.append(len(late_groups))
+        out.batch_updated.append(len(updated))
+        # Append mode writes a window once, in the first batch that runs with
+        # a watermark at or past its end.
+        newly_closed = {
+            key
+            for key in state
+            if eviction_wm is not None and key[0] + window <= eviction_wm
+        } - emitted
+        out.batch_closed.append(len(newly_closed))
+        emitted |= newly_closed
         # The next batch checks late trips against the watermark this one ran
         # with, whether or not this one had trips (a batch that only moves
         # the watermark is still a batch).
@@ -500,6 +524,8 @@ def expected_outputs(
         else [False] * len(out.live)
     )
     out.summary = out.live[closed].reset_index(drop=True)
+    keys = zip(out.live.window_start, out.live.pickup_borough, strict=True)
+    out.written = out.live[[key in emitted for key in keys]].reset_index(drop=True)
     return out
 
 

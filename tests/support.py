@@ -37,6 +37,7 @@ from reference import (
     example_settings,
     expected_outputs,
     json_landing_batches,
+    text_lines,
     zone_boroughs,
 )
 
@@ -251,30 +252,74 @@ def delta_commits(folder: Path) -> list[dict]:
     return commits
 
 
-def last_batch_watermark(checkpoint: Path) -> pd.Timestamp:
-    """The event-time watermark a query's last committed batch ran with."""
-    last = max(batch_ids(checkpoint / "commits"))
-    metadata = json.loads(
-        (checkpoint / "offsets" / str(last)).read_text().splitlines()[1]
-    )
-    return pd.Timestamp(metadata["batchWatermarkMs"], unit="ms")
+def offset_log(checkpoint: Path) -> list[dict]:
+    """The end offset of a query's (one) streaming source for each batch it
+    planned, batch 0 first, as its offset log records them."""
+    ids = sorted(batch_ids(checkpoint / "offsets"))
+    assert ids == list(range(len(ids))), f"{checkpoint}: batches {ids}"
+    return [
+        json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[2])
+        for batch in ids
+    ]
 
 
-def delta_stream_batches(table: Path, checkpoint: Path) -> list[list[int]]:
-    """The ``kafka_offset`` of every row each micro-batch of a query read from
-    the Delta table ``table``, in batch order, from the query's checkpoint.
+def file_source_batches(checkpoint: Path) -> list[list[str]]:
+    """The files each micro-batch of a query read from a file source.
+
+    The source's log (``sources/0``, compacted every 10 entries) lists the
+    files of each of its own batches; the offset log says up to which of
+    them each query batch read (a batch that only moves the watermark reads
+    none)."""
+    logged: dict[int, set[str]] = {}
+    for path in (checkpoint / "sources/0").iterdir():
+        if path.name.split(".")[0].isdigit():
+            for line in path.read_text().splitlines()[1:]:  # after the version
+                entry = json.loads(line)
+                logged.setdefault(entry["batchId"], set()).add(entry["path"])
+    batches, previous = [], -1
+    for end in offset_log(checkpoint):
+        read = range(previous + 1, end["logOffset"] + 1)
+        batches.append(sorted(path for n in read for path in logged[n]))
+        previous = end["logOffset"]
+    return batches
+
+
+def kafka_source_batches(checkpoint: Path) -> list[list[tuple[str, int, int]]]:
+    """The (topic, partition, offset) of every message each micro-batch of a
+    query read from Kafka: from the offsets the source started at (written
+    once, in ``sources/0/0``) to each batch's end offsets."""
+    initial = (checkpoint / "sources/0/0").read_bytes().decode().splitlines()[-1]
+    previous = json.loads(initial)
+    batches = []
+    for end in offset_log(checkpoint):
+        batches.append(
+            [
+                (topic, int(partition), offset)
+                for topic, partitions in sorted(end.items())
+                for partition, stop in sorted(partitions.items())
+                for offset in range(previous.get(topic, {}).get(partition, 0), stop)
+            ]
+        )
+        previous = end
+    return batches
+
+
+def delta_source_batches(table: Path, checkpoint: Path) -> list[list[Path]]:
+    """The data files of the Delta table ``table`` each micro-batch of a query
+    read, from the query's checkpoint.
 
     Each batch's offsets file ends at (reservoirVersion, index): the source
     has read every file up to that point. Files of the version the query
     started from (``isStartingVersion``) are that version's snapshot, in the
     source's order (modification time, then path); a later version's are its
-    commit's ``add`` actions, numbered by their line in the commit.
+    commit's ``add`` actions, numbered by their line in the commit. The
+    table must be one that is only appended to (no OPTIMIZE).
     """
-    ends = [
-        json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[2])
-        for batch in sorted(batch_ids(checkpoint / "offsets"))
-    ]
-    start = next(o["reservoirVersion"] for o in ends if o["isStartingVersion"])
+    ends = offset_log(checkpoint)
+    # A first batch that read all of its starting snapshot ends past it (at
+    # the next version, not starting): on a table that is only appended to,
+    # the snapshot just before that end holds the same files.
+    start = ends[0]["reservoirVersion"] - (not ends[0]["isStartingVersion"])
     snapshot = DeltaTable(table, version=start).get_add_actions(flatten=True)
     files = [
         ((start, index), path)
@@ -300,18 +345,190 @@ def delta_stream_batches(table: Path, checkpoint: Path) -> list[list[int]]:
     batches, previous = [], (start, -1)
     for end in ends:
         until = (end["reservoirVersion"], end["index"])
-        read = [path for key, path in files if previous < key <= until]
-        batches.append(
-            sorted(
-                offset
-                for path in read
-                for offset in pd.read_parquet(table / path, columns=["kafka_offset"])[
-                    "kafka_offset"
-                ]
-            )
-        )
+        batches.append([table / path for key, path in files if previous < key <= until])
         previous = until
     return batches
+
+
+def landing_records(uri: str) -> list[dict | str]:
+    """A landing file's records, line by line, as the reference decodes them."""
+    return [
+        decode(line)
+        for line in text_lines(Path(uri.removeprefix("file:")).read_bytes())
+    ]
+
+
+def records_of_rows(rows: pd.DataFrame, messages: dict) -> list[dict | str]:
+    """The input records that bronze ``rows`` (one micro-batch's) were made
+    from, found by their origin: a Kafka message by its (topic, partition,
+    offset) in ``messages``, a file's lines by its path (all of them: a file
+    is read whole, in one micro-batch)."""
+    records: list[dict | str] = []
+    if rows.empty:
+        return records
+    from_files = rows.source_file.notna()
+    for uri, count in rows[from_files].source_file.value_counts().items():
+        lines = landing_records(uri)
+        assert count == len(lines), f"{count} of the {len(lines)} records of {uri}"
+        records += lines
+    kafka = rows[~from_files]
+    records += [
+        decode(messages[origin])
+        for origin in zip(
+            kafka.kafka_topic, kafka.kafka_partition, kafka.kafka_offset, strict=True
+        )
+    ]
+    return records
+
+
+# The table each query of the example reads as a stream (bronze_trips reads
+# the landing files or the trips topic).
+SOURCE_TABLES = {
+    "quarantined_trips": "bronze_trips",
+    "hourly_borough_summary": "bronze_trips",
+    "live_borough_summary": "bronze_trips",
+    "hourly_borough_summary_messages": "hourly_borough_summary",
+}
+
+
+def table_batches(tables: Path, query: str) -> list[pd.DataFrame]:
+    """The rows of every micro-batch a query read from its source table (Delta,
+    or a Spark parquet sink), in batch order, read from its checkpoint."""
+    checkpoint = tables / "checkpoints" / query
+    if "reservoirVersion" in offset_log(checkpoint)[0]:
+        table = tables / DELTA_TABLES[SOURCE_TABLES[query]]
+        batches = delta_source_batches(table, checkpoint)
+    else:
+        batches = [
+            [Path(uri.removeprefix("file:")) for uri in batch]
+            for batch in file_source_batches(checkpoint)
+        ]
+    return [
+        pd.concat([pd.read_parquet(path) for path in files])
+        if files
+        else pd.DataFrame(columns=["source_file"])
+        for files in batches
+    ]
+
+
+def query_batches(
+    project: Path, output_root: str, query: str, messages: dict | None = None
+) -> list[list[dict | str]]:
+    """The input records of every micro-batch a query of the example ran, in
+    batch order, read from its checkpoint: landing lines or Kafka messages
+    for ``bronze_trips``, the records behind the bronze rows it read for the
+    queries that read bronze.
+
+    Args:
+        messages: The trips topic's messages by (topic, partition, offset),
+            for a run that reads Kafka.
+    """
+    tables = project / output_root
+    if query != "bronze_trips":
+        return [
+            records_of_rows(rows, messages or {})
+            for rows in table_batches(tables, query)
+        ]
+    checkpoint = tables / "checkpoints" / query
+    if "logOffset" in offset_log(checkpoint)[0]:
+        return [
+            [record for uri in batch for record in landing_records(uri)]
+            for batch in file_source_batches(checkpoint)
+        ]
+    return [
+        [decode(messages[origin]) for origin in batch]
+        for batch in kafka_source_batches(checkpoint)
+    ]
+
+
+def replay(
+    project: Path,
+    output_root: str,
+    query: str,
+    messages: dict | None = None,
+    input_root: Path | None = None,
+):
+    """The reference's outputs over the micro-batches a query of the example
+    ran (`query_batches`): what that query must have written and reported."""
+    root = input_root or project / "data/01_raw"
+    return expected_outputs(
+        query_batches(project, output_root, query, messages),
+        zone_boroughs(root / "taxi_zone_lookup.csv"),
+        example_settings(project),
+    )
+
+
+def expected_progress(query: str, expected, batch: int) -> dict:
+    """The figures the progress log must hold for one micro-batch of a query
+    of the example, from the reference's replay of that query's batches."""
+    figures = {
+        "input_rows": expected.batch_rows[batch],
+        "rows_written": 0,
+        "quarantined": 0,
+        "late_state_rows_dropped": 0,
+        "expectations": {},
+    }
+    if query == "bronze_trips":  # every record: the trips and the rejected
+        figures["rows_written"] = expected.batch_rows[batch]
+        figures["quarantined"] = expected.batch_rejected[batch]
+        figures["expectations"] = {
+            rule: count for rule, count in expected.batch_counts[batch].items() if count
+        }
+    elif query == "quarantined_trips":
+        figures["rows_written"] = expected.batch_rejected[batch]
+    else:  # the summaries: windows, by the sink's output mode
+        figures["late_state_rows_dropped"] = expected.late_groups_by_batch[batch]
+        figures["rows_written"] = (
+            expected.batch_updated[batch]
+            if query == "live_borough_summary"
+            else expected.batch_closed[batch]
+        )
+    return figures
+
+
+def assert_progress_log(
+    project: Path,
+    output_root: str = "data",
+    messages: dict | None = None,
+    input_root: Path | None = None,
+) -> None:
+    """Every record of the progress log, figure by figure (rows in, rows
+    written, quarantined, each rule's count, late state rows dropped), equals
+    the reference replaying that query's own micro-batches, read from its
+    checkpoint; each batch is logged once at most (a batch that committed
+    just before a SIGKILL may be missing: it ran, its report was not read).
+
+    Args:
+        messages: The trips topic's messages by (topic, partition, offset),
+            for a run that reads Kafka.
+        input_root: Where the run read the zone table; data/01_raw by default.
+    """
+    logged: dict[str, list[dict]] = {}
+    for record in progress_records(project, output_root):
+        logged.setdefault(record["query"], []).append(record)
+    assert logged, "the progress log is empty"
+    for query, records in logged.items():
+        batches = [r["batch"] for r in records]
+        assert len(set(batches)) == len(batches), (query, batches)
+        if query == "hourly_borough_summary_messages":
+            # Publishes the summary's rows as they are: one message per row.
+            read = [len(rows) for rows in table_batches(project / output_root, query)]
+            want = [
+                {"input_rows": read[n], "rows_written": read[n], "quarantined": 0}
+                for n in batches
+            ]
+        else:
+            expected = replay(project, output_root, query, messages, input_root)
+            want = [expected_progress(query, expected, n) for n in batches]
+        for record, figures in zip(records, want, strict=True):
+            assert {key: record[key] for key in figures} == figures, (query, record)
+
+
+def kafka_messages(servers: str, topic: str) -> dict:
+    """A topic's messages by (topic, partition, offset)."""
+    return {
+        (r.topic, r.partition, r.offset): r.value for r in read_topics(servers, [topic])
+    }
 
 
 def batch_ids(folder: Path) -> set[int]:

@@ -22,6 +22,7 @@ from support import (
     SPARK_VERSION,
     assert_matches_reference,
     assert_one_commit_per_batch,
+    assert_progress_log,
     example_reference,
     kedro_run,
     progress_records,
@@ -65,6 +66,7 @@ def test_delta_tables_match_the_reference_one_commit_per_batch(
     kedro_run(project_bin, fresh_project, *WITH_LIVE)
     expected = example_reference(fresh_project)
     assert_matches_reference(fresh_project, expected, "data/delta", live=True)
+    assert_progress_log(fresh_project, "data/delta")
     assert_one_commit_per_batch(fresh_project)
     # Parquet and Delta runs share nothing.
     assert not (fresh_project / "data/02_intermediate/bronze_trips").exists()

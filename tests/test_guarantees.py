@@ -34,20 +34,19 @@ from support import (
     SASL_USER,
     assert_matches_reference,
     assert_one_commit_per_batch,
-    assert_summary,
+    assert_progress_log,
     bad_messages,
     batch_ids,
     bundled_lines,
     combine_environments,
     consume_all,
     delta_commits,
-    delta_stream_batches,
     free_port,
     kedro_run,
-    last_batch_watermark,
     payload,
     point_at_broker,
     read_table,
+    replay,
     run,
     run_until_then_kill,
     send_to_one_partition,
@@ -80,40 +79,28 @@ main()
 """
 
 
-def emitted_so_far(expected, checkpoint: Path) -> None:
-    """Keeps, of the reference's append-mode summary, the windows up to the
-    watermark the summary query last ran with.
+def assert_outputs_after_crash(project: Path, messages: list, trips_topic: str):
+    """Every table and every progress record of the Kafka-to-Delta run, after
+    its crashes and rerun, as the reference computes them.
 
-    A bounded run (availableNow) may end without the batch that would only
-    move the watermark: after the restart here it did once in two CI runs
-    with Spark 4.2.0, and a further bounded run with no new data did not run
-    it either. The windows that the trips of the query's own last batch
-    closed (there, the 7 that a trip dated today closes) then wait in its
-    state for the next batch with data.
-    """
-    emitted = expected.summary.window_end <= last_batch_watermark(checkpoint)
-    expected.summary = expected.summary[emitted].reset_index(drop=True)
-
-
-def assert_live_after_crash(project: Path, messages: list, boroughs, settings) -> None:
-    """The live table after the crashes: every window, every figure, as the
-    reference computes it replaying the live query's own micro-batches, read
-    from its checkpoint. After a restart a query's batches need not be the
+    The summaries and the progress log follow each query's own micro-batches,
+    read from its checkpoint: after a restart they need not be the
     uninterrupted run's (a batch that only moves the watermark may run in
-    between), so the trips that are late for it differ too."""
-    tables = project / "data/delta"
-    batches = delta_stream_batches(
-        tables / "02_intermediate/bronze_trips",
-        tables / "checkpoints/live_borough_summary",
+    between, or be skipped), so the trips late for each query differ too.
+    """
+    expected = expected_outputs(
+        message_batches(messages, 2 * CHUNK),
+        zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv"),
+        example_settings(project),
     )
-    assert sorted(o for batch in batches for o in batch) == list(range(len(messages)))
-    replayed = expected_outputs(
-        [[decode(messages[offset]) for offset in batch] for batch in batches],
-        boroughs,
-        settings,
-    )
-    live = read_table(tables, DELTA_TABLES["live_borough_summary"])
-    assert_summary(live, replayed.live)
+    by_origin = {(trips_topic, 0, offset): m for offset, m in enumerate(messages)}
+    summary = replay(project, "data/delta", "hourly_borough_summary", by_origin)
+    expected.summary = summary.written
+    expected.live = replay(
+        project, "data/delta", "live_borough_summary", by_origin
+    ).live
+    assert_matches_reference(project, expected, "data/delta", live=True)
+    assert_progress_log(project, "data/delta", by_origin)
 
 
 def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(
@@ -178,14 +165,8 @@ def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(
     kedro_run(project_bin, project, *run_args)
     assert_one_commit_per_batch(project)
 
+    assert_outputs_after_crash(project, messages, trips_topic)
     boroughs = zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv")
-    settings = example_settings(project)
-    expected = expected_outputs(
-        message_batches(messages, 2 * CHUNK), boroughs, settings
-    )
-    emitted_so_far(expected, tables / "checkpoints/hourly_borough_summary")
-    assert_matches_reference(project, expected, "data/delta")
-    assert_live_after_crash(project, messages, boroughs, settings)
 
     # Valid + quarantined = input, offset by offset, each with its payload.
     bronze, quarantined = split_bronze(
@@ -346,6 +327,7 @@ def test_corrupt_files_sigkill_mid_batch_then_rerun(
         json_landing_batches(landing), zone_boroughs(zones), settings
     )
     assert_matches_reference(fresh_project, expected)
+    assert_progress_log(fresh_project)
 
     # Each rejection traces back to its file.
     _, quarantined = split_bronze(

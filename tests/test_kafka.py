@@ -20,9 +20,11 @@ from reference import (
     zone_boroughs,
 )
 from support import (
+    assert_progress_log,
     bundled_lines,
     committed_files,
     consume_all,
+    kafka_messages,
     kedro_run,
     point_at_broker,
     quiet_env,
@@ -132,6 +134,7 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
 
     run_continuously(a_few_idle_batches, "continuous-2.log")
     assert bronze_rows() == count, "a restart must not reprocess committed offsets"
+    assert_progress_log(fresh_project, "data/kafka", kafka_messages(servers, trips))
 
 
 def test_broker_cli_start_status_stop_keeps_data_reset_deletes(
