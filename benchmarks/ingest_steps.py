@@ -8,8 +8,14 @@ parquet sink, with the project's spark.yml, and prints the batch's duration:
   hand-written script does;
 - ``from_json``: the same lines read as text and decoded with ``from_json``
   into the same schema, the least that turns every line into exactly one row;
-- ``parse``: the project's ``parse_trips`` (typing, reasons, raw payload);
-- ``ingest``: ``check_trips(parse_trips(...))``, the ``bronze_trips`` query.
+- ``parse``: the project's ``parse_trips`` (lenient typing, named problems,
+  raw payload, provenance);
+- ``zones``: ``check_trips`` with one rule that is always true: the zone
+  lookup joins and the quarantine columns;
+- ``rules``: ``check_trips`` with the 32 shipped rules, without their counts
+  (the ``expectations`` metric);
+- ``ingest``: ``check_trips(parse_trips(...))`` with the rules counted, the
+  ``bronze_trips`` query.
 
     python benchmarks/ingest_steps.py [--rounds 2]
 """
@@ -26,7 +32,7 @@ sys.path.insert(0, str(HERE))
 
 from handwritten import TRIP_SCHEMA, ZONE_SCHEMA, run_bounded
 
-STEPS = ("json_reader", "from_json", "parse", "ingest")
+STEPS = ("json_reader", "from_json", "parse", "zones", "rules", "ingest")
 
 
 def main() -> None:
@@ -96,6 +102,10 @@ def run_step(project: Path, step: str, out: Path) -> str:
         )
         rules = OmegaConfigLoader(str(project / "conf"), base_env="base")
         expectations = rules["parameters"]["trip_expectations"]
+        if step == "zones":
+            expectations = {"always": {"expect": "true", "action": "quarantine"}}
+        if step == "rules":  # the same query without the observed counts
+            type(lines).observe = lambda frame, *_, **__: frame
         trips = nodes.check_trips(nodes.parse_trips(lines), zones, expectations)
 
     shutil.rmtree(out, ignore_errors=True)

@@ -13,6 +13,7 @@ from {{ cookiecutter.python_package }}.streaming import (
     SparkStreamingDataset,
     StreamingConfigError,
     StreamingQueryHooks,
+    session,
 )
 from {{ cookiecutter.python_package }}.streaming.checks import (
     check_paths_reach_the_cluster,
@@ -29,6 +30,8 @@ from {{ cookiecutter.python_package }}.streaming.progress import ProgressLog
 from {{ cookiecutter.python_package }}.streaming.session import (
     check_kafka_connector,
     local_scala_version,
+    remember_resolution,
+    without_resolution,
 )
 
 DATASET = "{{ cookiecutter.python_package }}.streaming.SparkStreamingDataset"
@@ -369,6 +372,30 @@ def test_shipped_packages_fit_the_installed_pyspark():
         check_kafka_connector(packages, version, local_scala_version())
         check_delta_package(packages, version, local_scala_version())
     assert delta_package_for(version) in packages
+
+
+def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypatch):
+    """The same packages skip Ivy while every jar they resolved to is there;
+    other packages, a version that moves or a deleted jar resolve again."""
+    monkeypatch.setattr(session, "RESOLVED_PACKAGES", tmp_path / "resolved")
+    jars = [tmp_path / "connector.jar", tmp_path / "clients.jar"]
+    for jar in jars:
+        jar.write_bytes(b"")
+    conf = {"spark.master": "local[2]", "spark.jars.packages": "org.example:a:1.0"}
+    assert without_resolution(conf) is conf  # nothing resolved yet
+
+    remember_resolution(conf, ",".join(jar.as_uri() for jar in jars))
+    assert without_resolution(conf) == {
+        "spark.master": "local[2]",
+        "spark.jars": f"{jars[0].as_uri()},{jars[1].as_uri()}",
+    }
+    other = {**conf, "spark.jars.packages": "org.example:a:1.1"}
+    assert without_resolution(other) is other
+    moving = {**conf, "spark.jars.packages": "org.example:a:1.1-SNAPSHOT"}
+    remember_resolution(moving, jars[0].as_uri())
+    assert without_resolution(moving) is moving
+    jars[1].unlink()
+    assert without_resolution(conf) is conf
 
 
 def test_real_time_mode_needs_a_core_per_kafka_partition(spark):
