@@ -28,10 +28,6 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from handwritten import TRIP_SCHEMA, ZONE_SCHEMA, run_bounded
-
 STEPS = ("json_reader", "from_json", "parse", "zones", "rules", "ingest")
 
 
@@ -69,13 +65,19 @@ def main() -> None:
 
 
 def run_step(project: Path, step: str, out: Path) -> str:
-    """The step's query on a fresh session; the micro-batch's duration in s."""
+    """The step's query on a fresh session; the micro-batch's duration in s.
+
+    Runs in the benchmark project's virtualenv, which has PySpark.
+    """
     import shutil
 
     import yaml
     from kedro.config import OmegaConfigLoader
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
+
+    sys.path.insert(0, str(HERE))
+    from handwritten import TRIP_SCHEMA, ZONE_SCHEMA, run_bounded
 
     spark_conf = yaml.safe_load((project / "conf/base/spark.yml").read_text())
     spark = SparkSession.builder.config(

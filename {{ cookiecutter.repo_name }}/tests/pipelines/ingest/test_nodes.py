@@ -265,7 +265,8 @@ def test_ingest_plan_decodes_each_record_once_in_compiled_code(spark, tmp_path):
     """Guards what once made ingest ten times slower than plain Spark.
 
     Each record is decoded once (a second, lenient decoding runs only for a
-    record that does not fit the field types), the zone lookup needs no
+    record that does not fit the field types), each rule is evaluated once
+    per record, the zone lookup needs no
     shuffle stage in every micro-batch, and no generated method is
     left to the JVM's interpreter: it is small enough for the JIT's default
     limit, or spark.yml lifts that limit on the driver and the executors
@@ -279,9 +280,18 @@ def test_ingest_plan_decodes_each_record_once_in_compiled_code(spark, tmp_path):
     lines = spark.read.text(str(tmp_path))
     checked = check_trips(parse_trips(lines), zones, EXPECTATIONS)
 
-    plan = checked._jdf.queryExecution().optimizedPlan().toString()
+    # The whole plan: by default Spark prints 25 fields of a list, then "...".
+    spark.conf.set("spark.sql.debug.maxToStringFields", 10_000)
+    try:
+        plan = checked._jdf.queryExecution().optimizedPlan().toString()
+    finally:
+        spark.conf.unset("spark.sql.debug.maxToStringFields")
     assert plan.count("from_json(") == 2
     assert plan.count("THEN from_json(") == 1
+    # Each rule's condition is computed once per record, into a column that
+    # the reasons and the counts read, not copied into each of them.
+    for index in range(len(EXPECTATIONS)):
+        assert plan.count(f" AS _broken_{index}#") == 1, index
 
     executed = checked._jdf.queryExecution().executedPlan()
     # The zone lookup is read for every micro-batch: deduplicated without a shuffle.
