@@ -397,6 +397,12 @@ def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypat
     jars[1].unlink()
     assert without_resolution(conf) is conf
 
+    # Where nothing can be written, every start resolves, and none fails.
+    (tmp_path / "a-file").write_bytes(b"")
+    monkeypatch.setattr(session, "RESOLVED_PACKAGES", tmp_path / "a-file/resolved")
+    remember_resolution(conf, jars[0].as_uri())
+    assert without_resolution(conf) is conf
+
 
 def test_real_time_mode_needs_a_core_per_kafka_partition(spark):
     """A partition beyond a local Spark's cores would never be read, silently:

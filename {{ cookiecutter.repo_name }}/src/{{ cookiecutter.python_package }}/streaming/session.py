@@ -156,11 +156,14 @@ def remember_resolution(conf: dict[str, str], jars: str) -> None:
     record = _resolution_record(conf)
     if record is None or not jars:
         return
-    record.parent.mkdir(parents=True, exist_ok=True)
-    partial = record.with_suffix(f".{os.getpid()}.tmp")
     packages = conf["spark.jars.packages"]
-    partial.write_text(json.dumps({"packages": packages, "jars": jars.split(",")}))
-    partial.replace(record)  # whole or not at all, for a run starting meanwhile
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial = record.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"packages": packages, "jars": jars.split(",")}))
+        partial.replace(record)  # whole or not at all, for a run starting meanwhile
+    except OSError as error:  # a read-only home: resolve at every start
+        logger.debug("Spark packages: cannot remember their jars: %s", error)
 
 
 def _resolution_record(conf: dict[str, str]) -> Path | None:
