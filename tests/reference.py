@@ -407,8 +407,6 @@ class Expected:
     # Per micro-batch: the records each expectation caught, and "unparsed".
     batch_counts: list[Counter] = field(default_factory=list)
     late_trips: int = 0
-    # (window start, pickup borough): the late trips dropped from that window.
-    late_by_window: Counter = field(default_factory=Counter)
     # Per micro-batch: the late (window, borough) groups, which Spark counts
     # as its numRowsDroppedByWatermark (it aggregates a batch before its state).
     late_groups_by_batch: list[int] = field(default_factory=list)
@@ -465,7 +463,6 @@ def expected_outputs(
             key = (start, boroughs.get(trip["PULocationID"], "Unknown"))
             if late_wm is not None and start + window <= late_wm:
                 out.late_trips += 1
-                out.late_by_window[key] += 1
                 late_groups.add(key)
                 continue
             state[key].append(trip)

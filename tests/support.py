@@ -441,19 +441,12 @@ def query_batches(
     ]
 
 
-def replay(
-    project: Path,
-    output_root: str,
-    query: str,
-    messages: dict | None = None,
-    input_root: Path | None = None,
-):
+def replay(project: Path, output_root: str, query: str, messages: dict | None = None):
     """The reference's outputs over the micro-batches a query of the example
     ran (`query_batches`): what that query must have written and reported."""
-    root = input_root or project / "data/01_raw"
     return expected_outputs(
         query_batches(project, output_root, query, messages),
-        zone_boroughs(root / "taxi_zone_lookup.csv"),
+        zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv"),
         example_settings(project),
     )
 
@@ -487,10 +480,7 @@ def expected_progress(query: str, expected, batch: int) -> dict:
 
 
 def assert_progress_log(
-    project: Path,
-    output_root: str = "data",
-    messages: dict | None = None,
-    input_root: Path | None = None,
+    project: Path, output_root: str = "data", messages: dict | None = None
 ) -> None:
     """Every record of the progress log, figure by figure (rows in, rows
     written, quarantined, each rule's count, late state rows dropped), equals
@@ -501,7 +491,6 @@ def assert_progress_log(
     Args:
         messages: The trips topic's messages by (topic, partition, offset),
             for a run that reads Kafka.
-        input_root: Where the run read the zone table; data/01_raw by default.
     """
     logged: dict[str, list[dict]] = {}
     for record in progress_records(project, output_root):
@@ -518,7 +507,7 @@ def assert_progress_log(
                 for n in batches
             ]
         else:
-            expected = replay(project, output_root, query, messages, input_root)
+            expected = replay(project, output_root, query, messages)
             want = [expected_progress(query, expected, n) for n in batches]
         for record, figures in zip(records, want, strict=True):
             assert {key: record[key] for key in figures} == figures, (query, record)
