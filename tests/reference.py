@@ -427,7 +427,10 @@ class Expected:
 
 
 def expected_outputs(
-    batches: list[list[dict | str]], boroughs: dict[int, str], settings: ExampleSettings
+    batches: list[list[dict | str]],
+    boroughs: dict[int, str],
+    settings: ExampleSettings,
+    watermarks: list[datetime] | None = None,
 ) -> Expected:
     """Replays the two pipelines over micro-batches, one batch per landing file.
 
@@ -437,13 +440,20 @@ def expected_outputs(
     or before the watermark of the batch before (the late-event watermark
     trails the eviction watermark by one batch since Spark 3.5). Windows are
     tumbling, ``settings.window`` long and aligned on the epoch, as Spark's.
+
+    ``watermarks``, when given, are the watermarks the batches ran with, as a
+    query's offset log records them; Spark derives each from the event times
+    the batch before reported, which it may not have after a crash.
     """
     window, delay = settings.window, settings.watermark_delay
     out = Expected()
     state: dict[tuple, list[dict]] = defaultdict(list)
     emitted: set[tuple] = set()
     eviction_wm = late_wm = None
-    for batch in batches:
+    for number, batch in enumerate(batches):
+        if watermarks is not None:
+            eviction_wm = watermarks[number]
+            late_wm = watermarks[number - 1] if number else None
         valid, counts = [], Counter()
         out.tombstones += sum(1 for record in batch if record is TOMBSTONE)
         for record in batch:
