@@ -100,9 +100,19 @@ def main() -> None:
     parser.add_argument(
         "--stage", choices=("ingest", "aggregate", "all"), default="all"
     )
+    parser.add_argument(
+        "--class-archive",
+        type=Path,
+        help="map this archive of Spark's classes (class-data sharing), as "
+        "the project's runs do once they have recorded one",
+    )
     args = parser.parse_args()
 
     spark_conf = yaml.safe_load((args.project / "conf/base/spark.yml").read_text())
+    if args.class_archive:
+        spark_conf["spark.driver.extraJavaOptions"] += (
+            f" -XX:SharedArchiveFile={args.class_archive} -Xlog:cds*=off"
+        )
     spark = SparkSession.builder.config(
         map={k: str(v) for k, v in spark_conf.items()}
     ).getOrCreate()

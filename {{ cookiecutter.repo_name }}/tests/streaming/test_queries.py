@@ -1,5 +1,7 @@
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyspark
@@ -28,7 +30,9 @@ from {{ cookiecutter.python_package }}.streaming.delta import (
 )
 from {{ cookiecutter.python_package }}.streaming.progress import ProgressLog
 from {{ cookiecutter.python_package }}.streaming.session import (
+    _claim_recording,
     check_kafka_connector,
+    class_archive,
     local_scala_version,
     remember_resolution,
     without_resolution,
@@ -402,6 +406,76 @@ def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypat
     monkeypatch.setattr(session, "RESOLVED_PACKAGES", tmp_path / "a-file/resolved")
     remember_resolution(conf, jars[0].as_uri())
     assert without_resolution(conf) is conf
+
+
+# A session of the project's runtime in a process of its own: its JVM's options
+# are the first argument; it counts three rows.
+ONE_SESSION = """
+import sys
+from {{ cookiecutter.python_package }}.streaming.session import configure_spark, spark_session
+configure_spark({
+    "spark.master": "local[1]",
+    "spark.ui.enabled": "false",
+    "spark.driver.extraJavaOptions": sys.argv[1],
+})
+assert spark_session().range(3).count() == 3
+"""
+
+
+def test_spark_classes_archived_at_one_start_are_mapped_by_the_next(tmp_path):
+    """The first start records Spark's classes, the next maps them; an archive
+    the JVM cannot map is deleted and the session starts without it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    archives = tmp_path / "cache" / "spark-class-archives"
+
+    def start(java_options: str = "") -> None:
+        subprocess.run(
+            [sys.executable, "-c", ONE_SESSION, java_options],
+            cwd=tmp_path,  # where a crashed JVM leaves its report
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+
+    start()
+    (archive,) = archives.iterdir()  # whole: nothing partial or claimed is left
+    assert archive.suffix == ".jsa"
+
+    classes = tmp_path / "classes.log"
+    start(f"-Xlog:class+load=info:file={classes}")
+    assert "org.apache.spark.SparkContext source: shared objects file (top)" in (
+        classes.read_text()
+    )
+
+    archive.write_bytes(archive.read_bytes()[: 2**20])  # a copy cut short
+    start()  # counts its rows all the same
+    assert not archive.exists()
+
+
+def test_one_process_at_a_time_records_the_class_archive(tmp_path, monkeypatch):
+    """While a running process records the archive, others start without;
+    the claim of a process that ended without archiving is taken over."""
+    monkeypatch.setattr(session, "CLASS_ARCHIVES", tmp_path)
+    archive = class_archive({})
+    assert archive.parent == tmp_path
+    assert class_archive({"spark.driver.extraJavaOptions": "-Xshare:off"}) is None
+
+    recording = _claim_recording(archive)
+    assert recording == archive.with_suffix(f".{os.getpid()}.partial")
+    assert _claim_recording(archive) is None  # this process is running
+
+    ended_pid = int(
+        subprocess.check_output([sys.executable, "-c", "import os; print(os.getpid())"])
+    )
+    archive.with_suffix(".recording").write_text(str(ended_pid))
+    left_behind = archive.with_suffix(f".{ended_pid}.partial")
+    left_behind.write_bytes(b"cut short")
+    assert _claim_recording(archive) == recording
+    assert not left_behind.exists()
+
+    archive.with_suffix(".failed").touch()  # a JVM that wrote no archive
+    assert class_archive({}) is None
 
 
 def test_real_time_mode_needs_a_core_per_kafka_partition(spark):
