@@ -147,22 +147,28 @@ def check_expectations(  # noqa: PLR0913
             missing column or is not a boolean expression.
     """
     expectations = expectations_from_config(config, declared_in)
-    rules = _checked_rules(records, expectations, declared_in)
+    _check_rules(records, expectations, declared_in)
 
-    unparsed = F.col(problems).isNotNull() if problems else F.lit(False)
+    # The checks are written as SQL, as the rules are: a Column built in
+    # Python costs a call into the JVM per function and operator, and 32 rules
+    # built that way took longer than Spark's analysis of the whole plan.
     flags = {e.name: f"_broken_{i}" for i, e in enumerate(expectations)}
+    parsed = f"`{problems}` IS NULL AND " if problems else ""
     # Computed once per record, then read by the reasons and the counts.
-    flagged = records.select(
+    flagged = records.selectExpr(
         "*",
         *[
-            (~unparsed & ~F.coalesce(rules[e.name], F.lit(True))).alias(flags[e.name])
+            f"{parsed}NOT coalesce(({e.expect}\n), true) AS {flags[e.name]}"
             for e in expectations
         ],
     )
 
-    def broken(action: str) -> list[tuple[str, Column]]:
+    def broken(action: str) -> list[str]:
+        """``CASE`` expressions naming each broken rule with ``action``."""
         return [
-            (e.name, F.col(flags[e.name])) for e in expectations if e.action == action
+            f"CASE WHEN {flags[e.name]} THEN '{e.name}' END"
+            for e in expectations
+            if e.action == action
         ]
 
     fix = (
@@ -172,47 +178,50 @@ def check_expectations(  # noqa: PLR0913
     )
     failures = [
         F.when(
-            flag,
+            F.col(flags[e.name]),
             F.raise_error(
                 F.concat(
-                    F.lit(f"Expectation '{name}' failed (action: fail) on "),
+                    F.lit(f"Expectation '{e.name}' failed (action: fail) on "),
                     origin,
                     F.lit(f". {fix}"),
                 )
             ),
         )
-        for name, flag in broken("fail")
+        for e in expectations
+        if e.action == "fail"
     ]
     kept = [c for c in records.columns if c != problems]
+    given = [f"`{problems}`"] if problems else []
+    reasons = _joined([*given, *broken("quarantine")])
     reasoned = flagged.select(
         *kept,
-        F.concat_ws(
-            "; ",
-            *([F.col(problems)] if problems else []),
-            *[F.when(flag, F.lit(name)) for name, flag in broken("quarantine")],
-            # raise_error in an output column: a pruned column would never fail.
-            *failures,
-        ).alias(reason_column),
-        F.concat_ws(
-            "; ", *[F.when(flag, F.lit(name)) for name, flag in broken("warn")]
-        ).alias(warnings_column),
-        unparsed.alias("_unparsed"),
+        # raise_error in an output column: a pruned column would never fail.
+        (F.concat_ws("; ", reasons, *failures) if failures else reasons).alias(
+            reason_column
+        ),
+        _joined(broken("warn")).alias(warnings_column),
+        F.expr(f"`{problems}` IS NOT NULL" if problems else "false").alias("_unparsed"),
         *flags.values(),
     )
     observed = reasoned.observe(
         EXPECTATIONS_METRIC,
-        F.count_if(F.col(reason_column) != "").alias(QUARANTINED),
-        F.count_if(F.col(warnings_column) != "").alias(WARNED),
-        F.count_if("_unparsed").alias(UNPARSED),
-        *[F.count_if(F.col(flag)).alias(name) for name, flag in flags.items()],
+        F.expr(f"count_if(`{reason_column}` != '')").alias(QUARANTINED),
+        F.expr(f"count_if(`{warnings_column}` != '')").alias(WARNED),
+        F.expr("count_if(_unparsed)").alias(UNPARSED),
+        *[F.expr(f"count_if({flag})").alias(name) for name, flag in flags.items()],
     )
-    return observed.select(
-        *kept,
+    return observed.selectExpr(
+        *[f"`{column}`" for column in kept],
         *[
-            F.when(F.col(name) != "", F.col(name)).alias(name)
+            f"CASE WHEN `{name}` != '' THEN `{name}` END AS `{name}`"
             for name in (reason_column, warnings_column)
         ],
     )
+
+
+def _joined(texts: list[str]) -> Column:
+    """The non-null values of SQL expressions ``texts``, ``; ``-joined."""
+    return F.expr(f"concat_ws('; ', {', '.join(texts)})") if texts else F.lit("")
 
 
 def rule_counts(metrics: Mapping[str, Any]) -> dict[str, int]:
@@ -220,26 +229,35 @@ def rule_counts(metrics: Mapping[str, Any]) -> dict[str, int]:
     return {k: int(v) for k, v in metrics.items() if k not in _RESERVED}
 
 
-def _checked_rules(
+def _check_rules(
     records: DataFrame, expectations: list[Expectation], declared_in: str
-) -> dict[str, Column]:
-    """Each rule's expression, parsed and analysed against ``records``' columns.
+) -> None:
+    """Parses and analyses each rule against ``records``' columns; each must
+    be a boolean.
 
     All rules are analysed in one pass: analysing a streaming plan is the
     slow part of building it, and a pass per rule cost about 20 ms each. Only
-    when that pass fails is each rule analysed on its own, to name the one
-    that is wrong (Spark Connect included).
+    when that pass fails is each rule parsed and analysed on its own, to name
+    the one that is wrong (Spark Connect included).
     """
-    rules = {e.name: _parsed(e, records, declared_in) for e in expectations}
     try:
         with _pyspark_error_logs_off():
-            kinds = records.select(
-                *[rule.alias(f"_rule_{i}") for i, rule in enumerate(rules.values())]
+            # A line break before the parenthesis ends a rule's -- comment.
+            kinds = records.selectExpr(
+                *[f"({e.expect}\n) AS _rule_{i}" for i, e in enumerate(expectations)]
             ).schema
-    except AnalysisException:
+    except AnalysisException:  # ParseException is one
+        kinds = None
+    if kinds is None or len(kinds) != len(expectations):
+        # Not one boolean column per rule (a rule with a parse error, a
+        # missing column, or a `)` that ends it early): find the rule.
         for expectation in expectations:
-            _analysed(records, expectation, rules[expectation.name], declared_in)
-        raise  # analysed together but not one by one: Spark's own error
+            rule = _parsed(expectation, records, declared_in)
+            _analysed(records, expectation, rule, declared_in)
+        raise StreamingConfigError(
+            f"{declared_in}: the rules cannot be checked together, though each "
+            "can on its own; check them for unbalanced parentheses."
+        )
     for expectation, kind in zip(expectations, kinds, strict=True):
         if not isinstance(kind.dataType, BooleanType):
             raise StreamingConfigError(
@@ -247,7 +265,6 @@ def _checked_rules(
                 f"{kind.dataType.simpleString()}, not a boolean: write a condition "
                 "that a good record satisfies, e.g. `fare_amount >= 0`."
             )
-    return rules
 
 
 def _parsed(expectation: Expectation, records: DataFrame, declared_in: str) -> Column:
