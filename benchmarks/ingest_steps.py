@@ -8,6 +8,8 @@ parquet sink, with the project's spark.yml, and prints the batch's duration:
   hand-written script does;
 - ``from_json``: the same lines read as text and decoded with ``from_json``
   into the same schema, the least that turns every line into exactly one row;
+- ``typed``: ``parse_trips`` without its ``raw_payload`` and provenance
+  columns (Spark prunes them): lenient typing with named problems;
 - ``parse``: the project's ``parse_trips`` (lenient typing, named problems,
   raw payload, provenance);
 - ``zones``: ``check_trips`` with one rule that is always true: the zone
@@ -28,7 +30,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-STEPS = ("json_reader", "from_json", "parse", "zones", "rules", "ingest")
+STEPS = ("json_reader", "from_json", "typed", "parse", "zones", "rules", "ingest")
 
 
 def main() -> None:
@@ -96,6 +98,8 @@ def run_step(project: Path, step: str, out: Path) -> str:
     elif step == "from_json":
         trips = lines.select(F.from_json("value", TRIP_SCHEMA).alias("trip"))
         trips = trips.select("trip.*")
+    elif step == "typed":
+        trips = nodes.parse_trips(lines).drop("raw_payload", *nodes.SOURCE_COLUMNS)
     elif step == "parse":
         trips = nodes.parse_trips(lines)
     else:
