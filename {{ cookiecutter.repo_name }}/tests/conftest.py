@@ -1,9 +1,12 @@
-"""One local SparkSession for the whole test run."""
+"""One local SparkSession for the whole test run, and the stream harness."""
 
+import itertools
 import os
 
 import pytest
 from pyspark.sql import SparkSession
+
+from {{ cookiecutter.python_package }}.streaming.testing import StreamTest
 
 os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "true")
 
@@ -25,3 +28,16 @@ def spark() -> SparkSession:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def stream_test(spark, tmp_path):
+    """``StreamTest`` on the test session, each in a folder of the test's own:
+    ``stream_test(node_function, streams={...}, static={...})``."""
+    numbers = itertools.count()
+
+    def make(target, **kwargs) -> StreamTest:
+        workdir = tmp_path / f"stream-{next(numbers)}"
+        return StreamTest(spark, target, workdir=workdir, **kwargs)
+
+    return make

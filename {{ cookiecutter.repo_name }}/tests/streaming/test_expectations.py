@@ -1,6 +1,3 @@
-import json
-import os
-
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
@@ -117,33 +114,33 @@ def test_rule_names_are_metric_names(spark, name):
         check(frame, {name: {"expect": "n > 0", "action": "warn"}})
 
 
-def test_each_micro_batch_counts_every_rule(spark, tmp_path):
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    batches = [[4, 3, 12, None], [13, 1, 2]]
-    for number, values in enumerate(batches):
-        lines = [json.dumps({"id": i, "n": n}) for i, n in enumerate(values)]
-        path = landing / f"{number}.json"
-        path.write_text("\n".join(lines) + "\n")
-        os.utime(path, (1_000_000 + number, 1_000_000 + number))  # file order
-    stream = (
-        spark.readStream.schema("id INT, n INT")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(landing))
-    )
-    query = (
-        check(stream)
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+def test_each_micro_batch_counts_every_rule(stream_test):
+    checked = stream_test(check, streams={"frame": "id INT, n INT"})
 
+    steps = checked.run(
+        [
+            {"frame": [(1, 4), (2, 3), (3, 12), (4, None)]},
+            {"frame": [(5, 13), (6, 1), (7, 2)]},
+        ]
+    )
+
+    assert [step.rows for step in steps] == [
+        [
+            (1, 4, None, None),
+            (2, 3, None, "n_even"),
+            (3, 12, "n_small", None),
+            (4, None, "n_present", None),
+        ],
+        [(5, 13, "n_small", "n_even"), (6, 1, None, "n_even"), (7, 2, None, None)],
+    ]
+    assert [step.expectations for step in steps] == [
+        {"n_present": 1, "n_small": 1, "n_even": 1},
+        {"n_small": 1, "n_even": 2},
+    ]
     counts = [
-        report["observedMetrics"][EXPECTATIONS_METRIC].asDict()
-        for report in query.recentProgress
-        if report["numInputRows"]
+        report["observedMetrics"][EXPECTATIONS_METRIC]
+        for step in steps
+        for report in step.progress
     ]
     assert counts == [
         {

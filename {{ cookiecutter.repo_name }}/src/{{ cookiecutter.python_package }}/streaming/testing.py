@@ -1,0 +1,346 @@
+"""Test a streaming node or pipeline micro-batch by micro-batch, in pytest.
+
+Give ``StreamTest`` a node function, a Kedro node or a pipeline, the schema of
+each streaming input and the value of each static one; then feed it chosen
+micro-batches, one ``step`` at a time, and assert on what each sink wrote::
+
+    def test_a_window_is_emitted_once_the_watermark_passes_it(stream_test):
+        summary = stream_test(
+            summarise_hourly_by_borough,
+            streams={"valid_trips": "lpep_dropoff_datetime TIMESTAMP, ..."},
+            static={"taxi_zones": zones, "summary": {...}},
+        )
+        assert summary.step(valid_trips=[trip_at(6, 5)]).rows == []
+        closing = summary.step(valid_trips=[trip_at(7, 20)])
+        assert closing.rows == [(datetime(2024, 3, 1, 6), ...)]
+        assert closing.watermark == datetime(2024, 3, 1, 7, 10)
+
+How it runs: each streaming input is Spark's parquet file source over a folder
+of its own, and a step adds one file per input it feeds. Each sink is a query
+with its own checkpoint, started for the step with the ``availableNow``
+trigger: it runs the micro-batch of the step's data, then the batch without
+data that Spark runs when the watermark has moved (where append mode emits
+the windows it closed), and stops. So the state, the watermark and the
+sources' offsets pass from step to step through the checkpoint, exactly as
+they pass from one run to the next; ``restart`` goes further and builds the
+queries again from the node functions, as a new ``kedro run`` does.
+
+What it cannot check: Kafka's offsets, partitions and headers (the rows come
+from files), Real-Time Mode (a trigger that does not stop by itself), the
+project's sinks and their catalog options (rows are collected from each
+micro-batch, as ``foreachBatch`` gives them), and timings.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kedro.pipeline import Node, Pipeline, node
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.types import StructType
+
+from .dataset import OUTPUT_MODES
+from .expectations import EXPECTATIONS_METRIC
+from .progress import _metric_row, expectation_counts
+
+
+@dataclass
+class Step:
+    """What one sink's query did in one step.
+
+    Attributes:
+        rows: The rows the sink was given, sorted: in append and update mode
+            those of every micro-batch of the step, in complete mode the
+            result table as the step's last micro-batch wrote it.
+        batches: The rows of each micro-batch of the step, sorted, in order;
+            a batch without data (run when the watermark moved) is there too.
+        input_rows: Rows read from the streaming inputs.
+        watermark: The query's watermark after the step, in the local time
+            zone as PySpark gives timestamps; ``None`` without a watermark or
+            before the first event.
+        late_state_rows_dropped: Spark's ``numRowsDroppedByWatermark``: rows
+            that reached a stateful operator after the watermark passed them.
+            An aggregation sums each micro-batch per group first, so there it
+            counts late groups (window and key), not records.
+        state_rows: Rows held in the query's state after the step.
+        expectations: Records each expectation caught (``check_expectations``),
+            and ``unparsed``; those that caught none are left out.
+        progress: Spark's progress reports of the step, as dictionaries.
+    """
+
+    rows: list[Row] = field(default_factory=list)
+    batches: list[list[Row]] = field(default_factory=list)
+    input_rows: int = 0
+    watermark: datetime | None = None
+    late_state_rows_dropped: int = 0
+    state_rows: int = 0
+    expectations: dict[str, int] = field(default_factory=dict)
+    progress: list[dict[str, Any]] = field(default_factory=list)
+
+
+class StreamTest:
+    """Runs a node function, a node or a pipeline on micro-batches you choose.
+
+    ``step`` returns a ``Step`` for a node function, and ``{sink: Step}`` for
+    a node or a pipeline, whose sinks are its outputs that no node of it
+    reads (or those named in ``sinks``). Outputs passed from node to node stay
+    in one query, as DataFrames do between nodes within a run.
+    """
+
+    def __init__(  # noqa: PLR0913
+        self,
+        spark: SparkSession,
+        target: Callable[..., Any] | Node | Pipeline,
+        *,
+        streams: Mapping[str, str | StructType],
+        static: Mapping[str, Any] | None = None,
+        output_mode: str | Mapping[str, str] = "append",
+        sinks: Iterable[str] | None = None,
+        workdir: str | Path,
+    ) -> None:
+        """Builds the queries; nothing runs until the first ``step``.
+
+        Args:
+            spark: The session to run on.
+            target: A node function (its parameters are the input names; one
+                with a default is left to it unless given), a Kedro ``node``
+                or a ``Pipeline`` (its dataset names are).
+            streams: Each streaming input's schema, as DDL or a ``StructType``.
+            static: The other inputs: DataFrames, pandas DataFrames or lists
+                of dicts (made DataFrames), or any other value, passed as is
+                (parameters).
+            output_mode: ``append``, ``update`` or ``complete``; for several
+                sinks, ``{sink: mode}`` (``append`` where not given).
+            sinks: Outputs to report, if not the pipeline's outputs.
+            workdir: An empty folder for the inputs' files and checkpoints.
+        """
+        self._spark = spark
+        self._single = not isinstance(target, Node | Pipeline)
+        self._static = dict(static or {})
+        self._pipeline = _as_pipeline(target, {*streams, *self._static})
+        self._schemas = {
+            name: schema
+            if isinstance(schema, StructType)
+            else StructType.fromDDL(schema)
+            for name, schema in streams.items()
+        }
+        self._sinks = sorted(sinks or self._pipeline.outputs())
+        modes = (
+            output_mode
+            if isinstance(output_mode, Mapping)
+            else dict.fromkeys(self._sinks, output_mode)
+        )
+        self._modes = {sink: modes.get(sink, "append") for sink in self._sinks}
+        self._check_names()
+        self._workdir = Path(workdir)
+        self._steps = 0
+        # Per sink: the watermark and state rows of its last micro-batch, for
+        # a step in which no batch runs.
+        self._last: dict[str, Step] = {sink: Step() for sink in self._sinks}
+        self._frames = self._build()
+
+    def step(self, **batches: Any) -> Step | dict[str, Step]:
+        """Feeds one micro-batch and runs every sink's query until it is done.
+
+        Args:
+            **batches: Per streaming input, its rows for this step: dicts,
+                tuples or ``Row``s in the schema's order, or a pandas
+                DataFrame. An input left out, or given no rows, gets nothing.
+
+        Returns:
+            A ``Step`` for a node function; ``{sink: Step}`` otherwise.
+        """
+        unknown = sorted(set(batches) - set(self._schemas))
+        if unknown:
+            raise ValueError(
+                f"{unknown} are not streaming inputs; those are {sorted(self._schemas)}"
+            )
+        for name, rows in batches.items():
+            self._land(name, rows)
+        self._steps += 1
+        steps = self._run()
+        return steps[self._sinks[0]] if self._single else steps
+
+    def run(self, batches: Iterable[Mapping[str, Any]]) -> list[Any]:
+        """``step`` for each item of ``batches`` (``{input: rows}``), in order."""
+        return [self.step(**batch) for batch in batches]
+
+    def restart(self, **static: Any) -> None:
+        """Builds the queries again from the node functions, with ``static``
+        values replaced if given; the next step resumes from the checkpoints."""
+        self._static.update(static)
+        self._frames = self._build()
+
+    def _check_names(self) -> None:
+        needed = self._pipeline.inputs()
+        missing = sorted(needed - set(self._schemas) - set(self._static))
+        if missing:
+            raise ValueError(
+                f"No value for inputs {missing}: give each in `streams` "
+                "(a schema) or `static` (a value)"
+            )
+        extra = sorted(set(self._schemas) - needed)
+        if extra:
+            raise ValueError(f"{extra} are not inputs of {self._pipeline}")
+        bad = {
+            sink: mode for sink, mode in self._modes.items() if mode not in OUTPUT_MODES
+        }
+        if bad:
+            raise ValueError(f"Output modes {bad}: each must be one of {OUTPUT_MODES}")
+
+    def _build(self) -> dict[str, DataFrame]:
+        """The sinks' DataFrames, from the node functions."""
+        data: dict[str, Any] = {
+            name: self._spark.readStream.schema(schema).parquet(str(self._folder(name)))
+            for name, schema in self._schemas.items()
+        }
+        data.update(
+            (name, self._as_frame(value)) for name, value in self._static.items()
+        )
+        for each in self._pipeline.nodes:  # in dependency order
+            data.update(each.run({name: data[name] for name in each.inputs}))
+        frames = {sink: data[sink] for sink in self._sinks}
+        static = sorted(
+            sink
+            for sink, frame in frames.items()
+            if not isinstance(frame, DataFrame) or not frame.isStreaming
+        )
+        if static:
+            raise ValueError(f"{static} are not streaming DataFrames: no query to run")
+        return frames
+
+    def _folder(self, name: str) -> Path:
+        folder = self._workdir / "streams" / name.replace(":", "_")
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def _as_frame(self, value: Any) -> Any:
+        if _is_pandas(value) or (
+            isinstance(value, list)
+            and value
+            and all(isinstance(row, dict | Row) for row in value)
+        ):
+            return self._spark.createDataFrame(value)
+        return value
+
+    def _land(self, name: str, rows: Any) -> None:
+        """Writes ``rows`` as one parquet file, moved whole into the input's
+        folder so that the source never lists it half-written."""
+        if len(rows) == 0:
+            return
+        staging = self._workdir / "staging" / f"{name}-{self._steps}"
+        frame = self._spark.createDataFrame(rows, self._schemas[name])
+        frame.coalesce(1).write.parquet(str(staging))
+        (part,) = staging.glob("part-*.parquet")
+        part.rename(self._folder(name) / f"{self._steps:06d}.parquet")
+        shutil.rmtree(staging)
+
+    def _run(self) -> dict[str, Step]:
+        collected: dict[str, list[list[Row]]] = {sink: [] for sink in self._sinks}
+        queries = {
+            sink: frame.writeStream.outputMode(self._modes[sink])
+            .foreachBatch(_collector(collected[sink]))
+            .option("checkpointLocation", str(self._workdir / "checkpoints" / sink))
+            .trigger(availableNow=True)
+            .start()
+            for sink, frame in self._frames.items()
+        }
+        for query in queries.values():
+            query.awaitTermination()
+        for sink, query in queries.items():
+            reports = [json.loads(report.json) for report in query.recentProgress]
+            self._last[sink] = _step(
+                collected[sink], reports, self._modes[sink], self._last[sink]
+            )
+        return dict(self._last)
+
+
+def _as_pipeline(
+    target: Callable[..., Any] | Node | Pipeline, given: set[str]
+) -> Pipeline:
+    """``target`` as a pipeline; a function's parameters are its input names,
+    those with a default only if ``given``."""
+    if isinstance(target, Pipeline):
+        return target
+    if isinstance(target, Node):
+        return Pipeline([target])
+    names = [
+        name
+        for name, parameter in inspect.signature(target).parameters.items()
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+        and (parameter.default is parameter.empty or name in given)
+    ]
+    return Pipeline(
+        [node(target, {name: name for name in names}, f"{target.__name__}_output")]
+    )
+
+
+def _collector(batches: list[list[Row]]) -> Callable[[DataFrame, int], None]:
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        batches.append(sorted(batch.collect(), key=_sort_key))
+
+    return collect
+
+
+def _step(
+    batches: list[list[Row]], reports: list[dict[str, Any]], mode: str, last: Step
+) -> Step:
+    # Spark also reports triggers that found nothing to do and ran no batch.
+    ran = [report for report in reports if "addBatch" in report.get("durationMs", {})]
+    if not ran:
+        return Step(
+            watermark=last.watermark, state_rows=last.state_rows, progress=reports
+        )
+    watermark = ran[-1].get("eventTime", {}).get("watermark")
+    caught: Counter = Counter()
+    for report in ran:
+        metrics = report.get("observedMetrics", {}).get(EXPECTATIONS_METRIC)
+        caught.update(expectation_counts(metrics and _metric_row(metrics)))
+    if mode == "complete":
+        rows = batches[-1] if batches else []
+    else:
+        rows = sorted((row for batch in batches for row in batch), key=_sort_key)
+    return Step(
+        rows=rows,
+        batches=batches,
+        input_rows=sum(report.get("numInputRows", 0) for report in ran),
+        watermark=_local_time(watermark) if watermark else None,
+        late_state_rows_dropped=sum(
+            state.get("numRowsDroppedByWatermark", 0)
+            for report in ran
+            for state in report.get("stateOperators", [])
+        ),
+        state_rows=sum(
+            state.get("numRowsTotal", 0) for state in ran[-1].get("stateOperators", [])
+        ),
+        expectations=dict(caught),
+        progress=reports,
+    )
+
+
+def _local_time(iso: str) -> datetime | None:
+    """Spark's ISO-8601 UTC watermark as PySpark returns timestamps: naive, in
+    the local time zone; ``None`` for 0, Spark's watermark before any event."""
+    moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    if moment.timestamp() == 0:
+        return None
+    return moment.astimezone().replace(tzinfo=None)
+
+
+def _sort_key(value: Any) -> tuple:
+    """Orders rows whatever their nulls: None first, then values."""
+    if isinstance(value, tuple):
+        return (1, tuple(_sort_key(item) for item in value))
+    return (0,) if value is None else (1, value)
+
+
+def _is_pandas(value: Any) -> bool:
+    return type(value).__module__.startswith("pandas") and hasattr(value, "columns")
