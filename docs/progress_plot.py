@@ -1,8 +1,8 @@
-"""Draws the generated README's plot of the progress log (rows per micro-batch).
+"""Draws the plot of the progress log (rows per micro-batch) in docs/operating.md.
 
 Creates a project from this starter in a temporary folder, runs the example
 one landing file per micro-batch, loads ``data/streams/progress.jsonl`` with
-pandas as the README shows, and writes
+pandas as docs/operating.md shows, and writes
 ``{{ cookiecutter.repo_name }}/docs/progress-log.png``. Run it with a Python
 that has the project's requirements and matplotlib:
 

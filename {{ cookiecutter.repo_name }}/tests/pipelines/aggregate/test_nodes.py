@@ -7,6 +7,28 @@ from {{ cookiecutter.python_package }}.pipelines.aggregate.nodes import (
 )
 
 SUMMARY = {"window_duration": "1 hour", "watermark_delay": "10 minutes"}
+VALID_TRIPS = (
+    "lpep_dropoff_datetime TIMESTAMP, PULocationID INT, passenger_count INT,"
+    " trip_distance DOUBLE, fare_amount DOUBLE, total_amount DOUBLE"
+)
+ZONES = [{"LocationID": 1, "Borough": "Manhattan"}]
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return datetime(2024, 3, 1, hour, minute)
+
+
+# The README's example.
+def test_a_window_waits_for_the_watermark_to_pass_its_end(stream_test):
+    summary = stream_test(
+        summarise_hourly_by_borough,
+        streams={"valid_trips": VALID_TRIPS},  # the schema, as DDL
+        static={"taxi_zones": ZONES, "summary": SUMMARY},
+    )
+    first = summary.step(valid_trips=[(at(6, 5), 1, 2, 1.0, 10.0, 12.0)])
+    assert (first.rows, first.watermark) == ([], at(5, 55))
+    second = summary.step(valid_trips=[(at(7, 15), 1, 1, 2.0, 20.0, 22.0)])
+    assert [(r.window_start, r.trip_count) for r in second.rows] == [(at(6), 1)]
 
 
 def test_summary_per_hour_and_pickup_borough(spark):
