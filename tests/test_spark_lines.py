@@ -69,9 +69,11 @@ def test_example_runs_on_another_spark_line(line_project, broker_log_on_failure)
     )
     assert installed.stdout.split() == [version]
 
-    # Two of them test nothing of the line: the class archive is the JVM's, and
-    # test_run.py's bounded runs are the file run below, checked against the
-    # reference. The default line runs both.
+    # Three of them test nothing of the line: the class archive is the JVM's;
+    # test_run.py's bounded runs are the file run below, and the aggregate
+    # pipeline's stream tests are its windows, both checked against the
+    # reference (the harness itself runs here, in its own and ingest's tests).
+    # The default line runs all three.
     own = run(
         [
             python,
@@ -81,6 +83,7 @@ def test_example_runs_on_another_spark_line(line_project, broker_log_on_failure)
             "-p",
             "no:cacheprovider",
             "--ignore=tests/test_run.py",
+            "--ignore=tests/pipelines/aggregate/test_pipeline.py",
             "--deselect=tests/streaming/test_queries.py::"
             "test_spark_classes_archived_at_one_start_are_mapped_by_the_next",
         ],
