@@ -173,11 +173,25 @@ class StreamTest:
         """``step`` for each item of ``batches`` (``{input: rows}``), in order."""
         return [self.step(**batch) for batch in batches]
 
-    def restart(self, **static: Any) -> None:
-        """Builds the queries again from the node functions, with ``static``
-        values replaced if given; the next step resumes from the checkpoints."""
+    def restart(self, *, replay_last_batch: bool = False, **static: Any) -> None:
+        """Builds the queries again from the node functions, as a new run does.
+
+        Args:
+            replay_last_batch: As after a crash between a micro-batch's write
+                and its commit: each sink's last batch is taken out of its
+                checkpoint's commit log, so the next step runs it again, with
+                the same batch id and input, before any new data.
+            **static: Static inputs to replace (e.g. changed parameters).
+        """
         self._static.update(static)
         self._frames = self._build()
+        if replay_last_batch:
+            for sink in self._sinks:
+                commits = self._workdir / "checkpoints" / sink / "commits"
+                done = [int(path.name) for path in commits.glob("[0-9]*")]
+                if done:
+                    (commits / str(max(done))).unlink()
+                    (commits / f".{max(done)}.crc").unlink(missing_ok=True)
 
     def _check_names(self) -> None:
         needed = self._pipeline.inputs()

@@ -150,3 +150,15 @@ def test_a_restart_neither_loses_nor_repeats_a_window(aggregate):
         summary_row(7, "Manhattan", [10.0, 30.0]),  # 07:15 came before the restart
         summary_row(8, "Manhattan", [10.0]),
     ]
+
+
+def test_a_batch_replayed_after_a_crash_emits_its_windows_again(aggregate):
+    """Why the sinks commit each batch id once: Spark replays a batch whose
+    commit a crash lost, and a sink that appends blindly would repeat it."""
+    aggregate.run([{"bronze_trips": [trip(6, 5)]}, {"bronze_trips": [trip(7, 15)]}])
+    aggregate.restart(replay_last_batch=True)
+
+    replayed = aggregate.step()["hourly_borough_summary"]
+
+    assert replayed.rows == [summary_row(6, "Manhattan", [10.0])]
+    assert [report["batchId"] for report in replayed.progress] == [3]
