@@ -1,3 +1,4 @@
+import json
 import logging
 import os
 import subprocess
@@ -31,6 +32,8 @@ from {{ cookiecutter.python_package }}.streaming.delta import (
 from {{ cookiecutter.python_package }}.streaming.progress import ProgressLog
 from {{ cookiecutter.python_package }}.streaming.session import (
     _claim_recording,
+    _prune_class_archives,
+    _record_installation,
     check_kafka_connector,
     class_archive,
     local_scala_version,
@@ -441,8 +444,12 @@ def test_spark_classes_archived_at_one_start_are_mapped_by_the_next(tmp_path):
         )
 
     start()
-    (archive,) = archives.iterdir()  # whole: nothing partial or claimed is left
-    assert archive.suffix == ".jsa"
+    # Whole, and what it was recorded for: nothing partial or claimed is left.
+    archive, record = sorted(archives.iterdir(), key=lambda path: path.suffix)
+    assert (archive.suffix, record.name) == (".jsa", f"{archive.stem}.json")
+    assert json.loads(record.read_text())["spark_home"] == str(
+        Path(pyspark.__file__).parent
+    )
 
     classes = tmp_path / "classes.log"
     start(f"-Xlog:class+load=info:file={classes}")
@@ -478,6 +485,17 @@ def test_one_process_at_a_time_records_the_class_archive(tmp_path, monkeypatch):
 
     archive.with_suffix(".failed").touch()  # a JVM that wrote no archive
     assert class_archive({}) is None
+
+    # The archives of installations that are gone are deleted, others kept.
+    gone = tmp_path / "0123.jsa"
+    gone.write_bytes(b"classes")
+    gone.with_suffix(".json").write_text(json.dumps({"spark_home": "/removed"}))
+    _record_installation(archive)
+    _prune_class_archives()
+    assert {path.name for path in tmp_path.iterdir()} == {
+        archive.with_suffix(suffix).name
+        for suffix in (".failed", ".json", ".recording")
+    }
 
 
 def test_real_time_mode_needs_a_core_per_kafka_partition(spark):

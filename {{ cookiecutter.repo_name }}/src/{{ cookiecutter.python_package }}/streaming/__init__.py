@@ -18,6 +18,9 @@ could move into a package of its own unchanged.
   sink's query with the run's trigger, holds a stream over a sink back until
   the sink has history, logs one progress line per micro-batch, stops the
   queries on Ctrl-C or SIGTERM and fails the run when a query fails.
+- ``testing.StreamTest``: for tests, a node or pipeline run on chosen
+  micro-batches, with each step's rows, watermark and counts (the
+  ``stream_test`` fixture of ``tests/conftest.py``).
 """
 
 from .dataset import SparkDataset, SparkStreamingDataset

@@ -280,6 +280,8 @@ def _start_jvm(conf: dict[str, str]) -> None:
         if recording is None:  # another run is recording it now
             _start_jvm_without_ivy_report(conf)
             return
+        _prune_class_archives()
+        _record_installation(archive)
         logger.info(
             "This run records the classes Spark loads, so that later runs start "
             "faster: once per Java and PySpark installation, it takes about 25 s "
@@ -300,21 +302,51 @@ def class_archive(conf: dict[str, str]) -> Path | None:
     options = conf.get("spark.driver.extraJavaOptions", "")
     if os.name != "posix" or any(option in options for option in _SHARING_OPTIONS):
         return None
-    java_home = os.environ.get("JAVA_HOME")
-    java = Path(java_home, "bin", "java") if java_home else shutil.which("java")
-    try:
-        java = Path(java).resolve(strict=True)
-        identity = [str(java), java.stat().st_mtime_ns]
-    except (OSError, TypeError):  # no Java: spark-submit says so itself
+    installation = _installation()
+    if installation is None:  # no Java: spark-submit says so itself
         return None
-    spark_home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
-    key = json.dumps([*identity, spark_home, pyspark.__version__])
+    java, spark_home = installation
+    key = json.dumps(
+        [str(java), java.stat().st_mtime_ns, spark_home, pyspark.__version__]
+    )
     archive = CLASS_ARCHIVES / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsa"
     # Spark splits the JVM's options at spaces; a JVM that once wrote no
     # archive (not HotSpot) would not write one the next time either.
     if re.search(r"\s", str(archive)) or archive.with_suffix(".failed").exists():
         return None
     return archive
+
+
+def _installation() -> tuple[Path, str] | None:
+    """The Java binary and the Spark (PySpark) folder a session starts with."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home, "bin", "java") if java_home else shutil.which("java")
+    try:
+        java = Path(java).resolve(strict=True)
+    except (OSError, TypeError):
+        return None
+    return java, os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
+
+
+def _record_installation(archive: Path) -> None:
+    """Notes beside ``archive`` what it was recorded for, to prune it later."""
+    java, spark_home = _installation()
+    record = {"java": str(java), "spark_home": spark_home}
+    archive.with_suffix(".json").write_text(json.dumps(record))
+
+
+def _prune_class_archives() -> None:
+    """Deletes the archives (100 to 200 MB each) of the Java or Spark
+    installations that are gone, such as a deleted virtualenv's PySpark."""
+    for record in CLASS_ARCHIVES.glob("*.json"):
+        try:
+            paths = json.loads(record.read_text()).values()
+        except (OSError, ValueError):  # being written: its installation is here
+            continue
+        if not all(Path(path).exists() for path in paths):
+            for path in CLASS_ARCHIVES.glob(f"{record.stem}.*"):
+                path.unlink(missing_ok=True)
+            logger.info("Deleted the class archive of a removed installation.")
 
 
 def with_java_options(conf: dict[str, str], option: str) -> dict[str, str]:
