@@ -20,6 +20,7 @@ from reference import (
     zone_boroughs,
 )
 from support import (
+    assert_metrics_match_progress_log,
     assert_progress_log,
     bundled_lines,
     committed_files,
@@ -27,9 +28,11 @@ from support import (
     kafka_messages,
     kedro_run,
     point_at_broker,
+    progress_records,
     quiet_env,
     read_table,
     run,
+    unix_time,
 )
 
 
@@ -119,7 +122,26 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
             log_path,
             "wave 2",
         )
+        # While it runs, once each query has logged a batch: the Prometheus
+        # endpoint, as shipped, serves the progress log's figures.
+        queries = {"bronze_trips", "hourly_borough_summary", "quarantined_trips"}
+        wait_for(
+            lambda: (
+                queries
+                <= {
+                    r["query"]
+                    for r in progress_records(fresh_project, "data/kafka")
+                    if unix_time(r["time"]) >= started
+                }
+            ),
+            process,
+            log_path,
+            "a batch of each query",
+        )
+        served = assert_metrics_match_progress_log(fresh_project, "data/kafka", started)
+        assert served == queries
 
+    started = time.time()
     run_continuously(two_waves, "continuous-1.log")
     count = bronze_rows()
 

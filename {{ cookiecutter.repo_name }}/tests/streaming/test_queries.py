@@ -1,15 +1,20 @@
 import json
 import logging
 import os
+import re
+import socket
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
+from urllib.request import urlopen
 
 import pyspark
 import pytest
 import yaml
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
 
 from {{ cookiecutter.python_package }}.streaming import (
@@ -29,6 +34,7 @@ from {{ cookiecutter.python_package }}.streaming.delta import (
     check_delta_package,
     delta_package_for,
 )
+from {{ cookiecutter.python_package }}.streaming.metrics import StreamMetrics
 from {{ cookiecutter.python_package }}.streaming.progress import ProgressLog
 from {{ cookiecutter.python_package }}.streaming.session import (
     _claim_recording,
@@ -40,6 +46,7 @@ from {{ cookiecutter.python_package }}.streaming.session import (
     remember_resolution,
     without_resolution,
 )
+from {{ cookiecutter.python_package }}.streaming.state import StreamState
 
 DATASET = "{{ cookiecutter.python_package }}.streaming.SparkStreamingDataset"
 SOURCE = {
@@ -226,6 +233,28 @@ def test_delta_package_must_be_built_for_the_running_spark(spark_version):
         ) in message
 
 
+def test_a_metrics_port_taken_or_not_a_port_fails_before_any_query_starts(spark):
+    catalog = DataCatalog.from_config({"in": SOURCE, "out": sink("out")})
+    nodes = pipeline([node(lambda frame: frame, "in", "out")])
+    with socket.socket() as taken:  # as by another run
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for setting, words in (
+            (port, f"at 127.0.0.1:{port} (Address already in use): run with "),
+            ("ninety", "metrics_port 'ninety' in streaming.yml is not a port"),
+        ):
+            hooks = StreamingQueryHooks()
+            settings = {"streaming": {"metrics_port": setting}}
+            hooks.after_context_created(
+                type("Context", (), {"config_loader": settings})
+            )
+
+            with pytest.raises(StreamingConfigError, match=re.escape(words)):
+                hooks.before_pipeline_run({}, nodes, catalog)
+    assert catalog["out"].query is None
+
+
 def test_a_stream_without_a_sink_fails_before_any_query_starts():
     """An output of the run's streams with no catalog entry would stay in memory."""
     catalog = DataCatalog.from_config({"in": SOURCE})
@@ -305,10 +334,12 @@ def test_progress_log_counts_every_batch_and_keeps_totals_only(spark, tmp_path):
     assert held[2] == held[6] == [("ticks", sorted(totals))]
 
 
-def test_the_late_figure_counts_late_groups_not_records(spark, tmp_path, caplog):
+def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
+    spark, tmp_path, caplog
+):
     """Spark sums a micro-batch per window and key before its state, so its
     figure of late rows counts late (window, key) groups: the progress line
-    names it for that."""
+    names it for that. The Prometheus endpoint serves the log's figures."""
     batches = [
         ["2024-03-01 10:05:00 A"],
         ["2024-03-01 12:10:00 A"],  # the watermark passes 10:00, then 12:00
@@ -347,13 +378,55 @@ def test_the_late_figure_counts_late_groups_not_records(spark, tmp_path, caplog)
         .start()
     )
     query.awaitTermination()
-    progress = ProgressLog()
-    with caplog.at_level(logging.INFO):
-        progress.update("late", query)
+    metrics = StreamMetrics()
+    metrics.serve("127.0.0.1", 0)  # any free port
+    progress = ProgressLog(StreamState(str(tmp_path / "streams")), metrics)
+    try:
+        with caplog.at_level(logging.INFO):
+            progress.update("late", query)
+        scrape = urlopen(f"http://127.0.0.1:{metrics.port}/metrics").read().decode()
+    finally:
+        metrics.close()
 
     assert progress.totals["late"]["late_state_rows_dropped"] == 3
     assert progress.stateful == {"late"}
     assert "3 late state rows dropped" in caplog.text
+    series = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(scrape)
+        for sample in family.samples
+    }
+    ran = [report for report in query.recentProgress if "addBatch" in report.durationMs]
+    late = (("query", "late"),)
+    assert {
+        name: series[(f"kedro_stream_{name}", late)]
+        for name in (
+            "batches_total",
+            "input_rows_total",
+            "written_rows_total",
+            "late_state_rows_dropped_total",
+            "state_rows",
+            "watermark_timestamp_seconds",
+            "batch_duration_seconds_count",
+        )
+    } == {
+        "batches_total": len(ran),
+        "input_rows_total": 7,
+        "written_rows_total": 0,  # no dataset observed it: a plain noop sink
+        "late_state_rows_dropped_total": 3,
+        "state_rows": 1,  # the 12:00 window of A
+        "watermark_timestamp_seconds": datetime(
+            2024, 3, 1, 12, 10, tzinfo=timezone.utc
+        ).timestamp(),
+        "batch_duration_seconds_count": len(ran),
+    }
+    assert series[("kedro_stream_batch_duration_seconds_sum", late)] == pytest.approx(
+        sum(report.batchDuration for report in ran) / 1000
+    )
+    # Ended with the last batch, no earlier than it started.
+    assert series[("kedro_stream_last_batch_timestamp_seconds", late)] >= (
+        datetime.fromisoformat(ran[-1].timestamp.replace("Z", "+00:00")).timestamp()
+    )
 
 
 def test_delta_state_is_rebuilt_in_as_few_tasks_as_shuffles():

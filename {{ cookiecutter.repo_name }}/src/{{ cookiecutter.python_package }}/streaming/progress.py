@@ -1,5 +1,5 @@
-"""One log line per micro-batch of every query, running totals, and the
-persisted progress log (``state.py``)."""
+"""One log line per micro-batch of every query, running totals, the
+persisted progress log (``state.py``) and the Prometheus series (``metrics.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from .dataset import ROWS_WRITTEN_METRIC
 from .expectations import EXPECTATIONS_METRIC, UNPARSED, rule_counts
+from .metrics import StreamMetrics
 from .state import StreamState, batch_record
 
 logger = logging.getLogger(__name__)
@@ -33,13 +34,16 @@ class ProgressLog:
     run does not grow the driver's memory.
     """
 
-    def __init__(self, state: StreamState | None = None) -> None:
+    def __init__(
+        self, state: StreamState | None = None, metrics: StreamMetrics | None = None
+    ) -> None:
         self.totals: dict[str, Counter] = {}
         # Per query: the records each expectation caught (and `unparsed`).
         self.expectation_totals: dict[str, Counter] = {}
         # Queries whose reports carry stateful operators (watermark, state).
         self.stateful: set[str] = set()
         self._state = state
+        self._metrics = metrics
         self._last_seen: dict[str, tuple[str, int]] = {}
 
     def update(self, name: str, query: StreamingQuery) -> None:
@@ -108,8 +112,12 @@ class ProgressLog:
         )
         self.totals.setdefault(name, Counter()).update(batch)
         self.expectation_totals.setdefault(name, Counter()).update(caught)
+        # The log's record, and the Prometheus series from the same record.
+        record = batch_record(name, report, batch, caught)
         if self._state is not None:
-            self._state.append(batch_record(name, report, batch, caught))
+            self._state.append(record)
+        if self._metrics is not None:
+            self._metrics.record(record)
 
 
 def expectation_counts(metrics: dict[str, Any] | None) -> dict[str, int]:

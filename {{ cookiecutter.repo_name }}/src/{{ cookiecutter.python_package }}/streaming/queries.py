@@ -11,6 +11,7 @@ query into a failed run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import time
@@ -34,6 +35,7 @@ from .checks import (
 )
 from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError, StreamingQueryFailed
+from .metrics import StreamMetrics
 from .progress import ProgressLog, describe_expectations
 from .session import spark_session
 from .state import StreamState
@@ -41,6 +43,7 @@ from .state import StreamState
 logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.5
+_PORTS = range(65536)  # 0: no endpoint
 
 
 class StreamingQueryHooks:
@@ -55,6 +58,7 @@ class StreamingQueryHooks:
         self._previous_handlers: dict[int, Any] = {}
         self._state = StreamState.from_settings({})
         self._progress = ProgressLog()
+        self._metrics: StreamMetrics | None = None
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
@@ -90,7 +94,8 @@ class StreamingQueryHooks:
             self._triggers[name] = (
                 trigger or dataset.trigger or {"processingTime": interval}
             )
-        self._progress = ProgressLog(self._state)
+        self._metrics = self._serve_metrics() if sinks else None
+        self._progress = ProgressLog(self._state, self._metrics)
         self._install_signal_handlers()
 
     @hook_impl
@@ -108,6 +113,7 @@ class StreamingQueryHooks:
             data, trigger=self._triggers[dataset_name], query_name=dataset_name
         )
         self._queries[dataset_name] = query
+        self._set_status(dataset_name, "running")
         self._state.heartbeat(list(self._queries), force=True)
         logger.info("Started streaming query '%s' (id %s).", dataset_name, query.id)
 
@@ -140,14 +146,43 @@ class StreamingQueryHooks:
             self._wait(lambda: not any(q.isActive for q in self._queries.values()))
             self._log_totals()
         finally:
-            self._state.stopped(list(self._queries))
-            self._restore_signal_handlers()
+            self._end_run()
 
     @hook_impl
     def on_pipeline_error(self, error: Exception, run_params: dict[str, Any]) -> None:
         self._stop_all()
+        self._end_run()
+
+    def _end_run(self) -> None:
         self._state.stopped(list(self._queries))
         self._restore_signal_handlers()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+
+    def _serve_metrics(self) -> StreamMetrics | None:
+        """The run's Prometheus endpoint, unless ``metrics_port`` is 0."""
+        address = str(self._settings.get("metrics_address", "127.0.0.1"))
+        port = self._settings.get("metrics_port", 0)
+        with contextlib.suppress(TypeError, ValueError):
+            port = int(port)
+        if not isinstance(port, int) or port not in _PORTS:
+            raise StreamingConfigError(
+                f"metrics_port '{port}' in streaming.yml is not a port: set a "
+                "number from 1 to 65535, or 0 for no Prometheus endpoint."
+            )
+        if port == 0:
+            return None
+        metrics = StreamMetrics()
+        metrics.serve(address, port)
+        logger.info(
+            "Prometheus metrics of the streams: http://%s:%d/metrics", address, port
+        )
+        return metrics
+
+    def _set_status(self, name: str, status: str) -> None:
+        if self._metrics is not None:
+            self._metrics.status(name, status)
 
     def _log_totals(self) -> None:
         """The last progress lines, then one line of totals per query."""
@@ -173,6 +208,9 @@ class StreamingQueryHooks:
     def _update_progress(self) -> None:
         for name, query in self._queries.items():
             self._progress.update(name, query)
+            if self._metrics is not None and not query.isActive:
+                if query.exception() is None:  # else failed, set by `_wait`
+                    self._metrics.status(name, "stopped")
 
     def _wait(self, done) -> None:
         """Polls until ``done()``, a stop request or a failed query."""
@@ -182,6 +220,7 @@ class StreamingQueryHooks:
             for name, query in self._queries.items():
                 error = query.exception()
                 if error is not None:
+                    self._set_status(name, "failed")
                     self._stop_all()
                     raise StreamingQueryFailed(
                         f"Streaming query '{name}' failed: {headline(error)}\n"
@@ -209,6 +248,7 @@ class StreamingQueryHooks:
             if query.isActive:
                 logger.info("Stopping streaming query '%s'.", name)
                 query.stop()
+                self._set_status(name, "stopped")
 
     def _dataset(self, name: str) -> SparkStreamingDataset | None:
         if self._catalog is None or name not in self._catalog:

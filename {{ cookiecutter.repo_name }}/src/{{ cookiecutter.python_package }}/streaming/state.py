@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StreamingConfigError
+from .metrics import kafka_lag
 
 PROGRESS_FILE = "progress.jsonl"
 TOTALS_FILE = "totals.json"
@@ -179,8 +180,18 @@ def batch_record(
         "expectations": expectations or {},
         "watermark": report.get("eventTime", {}).get("watermark"),
         "duration_ms": report.get("batchDuration", 0),
+        # Rows held in state after the batch: only for a query that keeps state.
+        "state_rows": (
+            sum(state.get("numRowsTotal", 0) for state in report["stateOperators"])
+            if report.get("stateOperators")
+            else None
+        ),
         "sources": [
-            {"source": source.get("description"), "end_offset": source.get("endOffset")}
+            {
+                "source": source.get("description"),
+                "end_offset": source.get("endOffset"),
+                "kafka_lag": kafka_lag(source),
+            }
             for source in report.get("sources", [])
         ],
     }

@@ -1,0 +1,236 @@
+"""The run's streaming figures as Prometheus metrics, served while it runs.
+
+Each series is taken from the progress log's own record of a micro-batch
+(``state.batch_record``), when the log writes it, so the endpoint and
+``progress.jsonl`` never disagree. One label, ``query``, is the sink's name.
+
+- ``kedro_stream_batches_total``: micro-batches run;
+- ``kedro_stream_input_rows_total``, ``kedro_stream_written_rows_total``,
+  ``kedro_stream_quarantined_rows_total``: rows read, written by the sink, and
+  counted as quarantined by the nodes;
+- ``kedro_stream_expectation_records_total{rule}``: records each expectation
+  caught (and ``unparsed``);
+- ``kedro_stream_late_state_rows_dropped_total``: Spark's
+  ``numRowsDroppedByWatermark`` (for an aggregation, late groups of a batch);
+- ``kedro_stream_batch_duration_seconds``: a histogram of batch durations;
+- ``kedro_stream_last_batch_timestamp_seconds`` and
+  ``kedro_stream_seconds_since_last_batch``: when the last batch ended
+  (committed), and how long ago at the time of the scrape (the trigger lag);
+- ``kedro_stream_state_rows``, ``kedro_stream_watermark_timestamp_seconds``;
+- ``kedro_stream_kafka_lag_messages{topic, partition}``: messages in the
+  partition beyond the last batch's end offset, as of that batch;
+- ``kedro_stream_query_status{kedro_stream_query_status}``: running, stopped
+  or failed, one of them 1.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Enum,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+
+from .errors import StreamingConfigError
+
+STATUSES = ("running", "stopped", "failed")
+# Batch durations: from a 1-second trigger's batches to a backlog's.
+_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+
+
+class _SnapshotRegistry(CollectorRegistry):
+    """A registry whose scrape never sees a batch half counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def collect(self) -> Iterator[Any]:
+        with self.lock:
+            families = list(super().collect())
+        yield from families
+
+
+class StreamMetrics:
+    """The series of one run, in a registry of its own, and their endpoint."""
+
+    def __init__(self) -> None:
+        self.registry = _SnapshotRegistry()
+        query = ["query"]
+
+        def counter(name: str, text: str, labels: list[str] = query) -> Counter:
+            return Counter(f"kedro_stream_{name}", text, labels, registry=self.registry)
+
+        def gauge(name: str, text: str, labels: list[str] = query) -> Gauge:
+            return Gauge(f"kedro_stream_{name}", text, labels, registry=self.registry)
+
+        self._batches = counter("batches", "Micro-batches run.")
+        self._input_rows = counter("input_rows", "Rows read from the sources.")
+        self._written_rows = counter("written_rows", "Rows written to the sink.")
+        self._quarantined = counter(
+            "quarantined_rows", "Rows the nodes counted as quarantined."
+        )
+        self._expectations = counter(
+            "expectation_records",
+            "Records each expectation caught, and records that did not parse.",
+            ["query", "rule"],
+        )
+        self._late = counter(
+            "late_state_rows_dropped",
+            "Rows that reached a stateful operator after the watermark passed "
+            "them; for an aggregation, late (window, key) groups of a batch.",
+        )
+        self._duration = Histogram(
+            "kedro_stream_batch_duration_seconds",
+            "How long each micro-batch took.",
+            query,
+            buckets=_DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._last_batch = gauge(
+            "last_batch_timestamp_seconds", "When the last micro-batch ended."
+        )
+        self._state_rows = gauge("state_rows", "Rows held in the query's state.")
+        self._watermark = gauge(
+            "watermark_timestamp_seconds", "The query's event-time watermark."
+        )
+        self._kafka_lag = gauge(
+            "kafka_lag_messages",
+            "Messages in the partition beyond the last batch's end offset, as of "
+            "that batch.",
+            ["query", "topic", "partition"],
+        )
+        self._status = Enum(
+            "kedro_stream_query_status",
+            "The query's status in this run.",
+            query,
+            states=list(STATUSES),
+            registry=self.registry,
+        )
+        self.registry.register(_SinceLastBatch(self))
+        self._server = None
+
+    def record(self, batch: dict[str, Any]) -> None:
+        """Counts one record of the progress log (``state.batch_record``)."""
+        with self.registry.lock:
+            self._record(batch)
+
+    def _record(self, batch: dict[str, Any]) -> None:
+        query = batch["query"]
+        self._batches.labels(query).inc()
+        self._input_rows.labels(query).inc(batch["input_rows"])
+        self._written_rows.labels(query).inc(batch["rows_written"])
+        self._quarantined.labels(query).inc(batch["quarantined"])
+        self._late.labels(query).inc(batch["late_state_rows_dropped"])
+        for rule, records in batch["expectations"].items():
+            self._expectations.labels(query, rule).inc(records)
+        self._duration.labels(query).observe(batch["duration_ms"] / 1000)
+        ended = _unix_time(batch["time"]) + batch["duration_ms"] / 1000
+        self._last_batch.labels(query).set(ended)
+        if batch.get("state_rows") is not None:
+            self._state_rows.labels(query).set(batch["state_rows"])
+        if batch["watermark"]:
+            self._watermark.labels(query).set(_unix_time(batch["watermark"]))
+        for source in batch["sources"]:
+            for topic, partitions in (source.get("kafka_lag") or {}).items():
+                for partition, lag in partitions.items():
+                    self._kafka_lag.labels(query, topic, partition).set(lag)
+
+    def status(self, query: str, status: str) -> None:
+        """Sets the query's status: one of ``STATUSES``. A query that starts
+        gets its counters at 0, so that its series exist before its first batch."""
+        with self.registry.lock:
+            if status == "running":
+                for counter in (
+                    self._batches,
+                    self._input_rows,
+                    self._written_rows,
+                    self._quarantined,
+                    self._late,
+                    self._duration,
+                ):
+                    counter.labels(query)
+            self._status.labels(query).state(status)
+
+    def serve(self, address: str, port: int) -> None:
+        """Serves ``/metrics`` at ``address:port`` until ``close``."""
+        try:
+            self._server, _ = start_http_server(port, address, registry=self.registry)
+        except OSError as error:
+            raise StreamingConfigError(
+                f"Cannot serve the Prometheus metrics at {address}:{port} "
+                f"({error.strerror}): run with `--params metrics_port=<a free "
+                "port>` (another run may have this one), or "
+                "`--params metrics_port=0` for no endpoint."
+            ) from error
+
+    @property
+    def port(self) -> int | None:
+        """The port it serves on, while it does."""
+        return self._server.server_port if self._server else None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def last_batches(self) -> dict[str, float]:
+        """Per query, the Unix time its last micro-batch ended."""
+        return {
+            sample.labels["query"]: sample.value
+            for metric in self._last_batch.collect()
+            for sample in metric.samples
+        }
+
+
+class _SinceLastBatch:
+    """``kedro_stream_seconds_since_last_batch``, computed at each scrape."""
+
+    def __init__(self, metrics: StreamMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kedro_stream_seconds_since_last_batch",
+            "Seconds since the query's last micro-batch ended (the trigger lag).",
+            labels=["query"],
+        )
+        now = time.time()
+        for query, started in self._metrics.last_batches().items():
+            family.add_metric([query], max(now - started, 0.0))
+        yield family
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+
+def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:
+    """Per topic and partition, a Kafka source's latest offsets minus the
+    batch's end offsets; ``None`` for other sources."""
+    end, latest = source.get("endOffset"), source.get("latestOffset")
+    if not str(source.get("description", "")).startswith("Kafka"):
+        return None
+    if not isinstance(end, dict) or not isinstance(latest, dict):
+        return None
+    return {
+        topic: {
+            partition: int(offset) - int(end.get(topic, {}).get(partition, offset))
+            for partition, offset in partitions.items()
+        }
+        for topic, partitions in latest.items()
+    }
+
+
+def _unix_time(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
