@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.request import urlopen
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -160,6 +161,10 @@ def main() -> None:
             (time.monotonic() - started, sent, committed_offsets(checkpoint))
         )
         consumer.close()
+        # The run's Prometheus endpoint (conf/base/streaming.yml), before it stops.
+        with urlopen("http://127.0.0.1:9464/metrics", timeout=10) as response:
+            scrape = response.read().decode()
+        (args.workdir / "metrics.txt").write_text(scrape)
     finally:
         if run and run.poll() is None:
             run.send_signal(signal.SIGTERM)
@@ -191,6 +196,10 @@ def main() -> None:
         + ", ".join(f"p{q} {quantile(steady, q / 100):.2f} s" for q in (50, 95, 99))
         + f", max {steady[-1]:.2f} s"
     )
+    print(f"Prometheus, scraped before the run stopped ({args.workdir}/metrics.txt):")
+    for line in scrape.splitlines():
+        if 'query="bronze_trips"' in line and "_bucket" not in line:
+            print(f"  {line}")
 
 
 def perf_classpath(python: Path, project: Path) -> str:
