@@ -117,7 +117,9 @@ class StreamMetrics:
             states=list(STATUSES),
             registry=self.registry,
         )
-        self.registry.register(_SinceLastBatch(self))
+        # Per query, when its last batch ended: the trigger lag's origin.
+        self.batch_ended: dict[str, float] = {}
+        self.registry.register(_SinceLastBatch(self.batch_ended))
         self._server = None
 
     def record(self, batch: dict[str, Any]) -> None:
@@ -135,12 +137,13 @@ class StreamMetrics:
         for rule, records in batch["expectations"].items():
             self._expectations.labels(query, rule).inc(records)
         self._duration.labels(query).observe(batch["duration_ms"] / 1000)
-        ended = _unix_time(batch["time"]) + batch["duration_ms"] / 1000
+        ended = unix_time(batch["time"]) + batch["duration_ms"] / 1000
         self._last_batch.labels(query).set(ended)
+        self.batch_ended[query] = ended
         if batch.get("state_rows") is not None:
             self._state_rows.labels(query).set(batch["state_rows"])
         if batch["watermark"]:
-            self._watermark.labels(query).set(_unix_time(batch["watermark"]))
+            self._watermark.labels(query).set(unix_time(batch["watermark"]))
         for source in batch["sources"]:
             for topic, partitions in (source.get("kafka_lag") or {}).items():
                 for partition, lag in partitions.items():
@@ -185,20 +188,12 @@ class StreamMetrics:
             self._server.server_close()
             self._server = None
 
-    def last_batches(self) -> dict[str, float]:
-        """Per query, the Unix time its last micro-batch ended."""
-        return {
-            sample.labels["query"]: sample.value
-            for metric in self._last_batch.collect()
-            for sample in metric.samples
-        }
-
 
 class _SinceLastBatch:
     """``kedro_stream_seconds_since_last_batch``, computed at each scrape."""
 
-    def __init__(self, metrics: StreamMetrics) -> None:
-        self._metrics = metrics
+    def __init__(self, batch_ended: dict[str, float]) -> None:
+        self._batch_ended = batch_ended
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -207,8 +202,8 @@ class _SinceLastBatch:
             labels=["query"],
         )
         now = time.time()
-        for query, started in self._metrics.last_batches().items():
-            family.add_metric([query], max(now - started, 0.0))
+        for query, ended in self._batch_ended.items():
+            family.add_metric([query], max(now - ended, 0.0))
         yield family
 
     def describe(self) -> list[GaugeMetricFamily]:
@@ -232,5 +227,6 @@ def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:
     }
 
 
-def _unix_time(iso: str) -> float:
+def unix_time(iso: str) -> float:
+    """Spark's ISO-8601 UTC time as a Unix time."""
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

@@ -248,7 +248,6 @@ class StreamingQueryHooks:
             if query.isActive:
                 logger.info("Stopping streaming query '%s'.", name)
                 query.stop()
-                self._set_status(name, "stopped")
 
     def _dataset(self, name: str) -> SparkStreamingDataset | None:
         if self._catalog is None or name not in self._catalog:

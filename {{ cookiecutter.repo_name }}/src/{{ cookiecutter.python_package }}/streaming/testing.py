@@ -49,6 +49,7 @@ from pyspark.sql.types import StructType
 
 from .dataset import OUTPUT_MODES
 from .expectations import EXPECTATIONS_METRIC
+from .metrics import unix_time
 from .progress import _metric_row, expectation_counts
 
 
@@ -343,10 +344,8 @@ def _step(
 def _local_time(iso: str) -> datetime | None:
     """Spark's ISO-8601 UTC watermark as PySpark returns timestamps: naive, in
     the local time zone; ``None`` for 0, Spark's watermark before any event."""
-    moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    if moment.timestamp() == 0:
-        return None
-    return moment.astimezone().replace(tzinfo=None)
+    moment = unix_time(iso)
+    return datetime.fromtimestamp(moment) if moment else None
 
 
 def _sort_key(value: Any) -> tuple:
