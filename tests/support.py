@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 import venv
@@ -747,7 +748,11 @@ def progress_records(project: Path, output_root: str = "data") -> list[dict]:
 
 
 def assert_metrics_match_progress_log(
-    project: Path, output_root: str, since: float, port: int = 9464
+    project: Path,
+    output_root: str,
+    since: float,
+    port: int = 9464,
+    trigger_interval: float = 1.0,
 ) -> set[str]:
     """Scrapes a running `kedro run`'s Prometheus endpoint: every series of
     every query equals the progress log's records of this run (those after
@@ -808,8 +813,12 @@ def assert_metrics_match_progress_log(
         duration = served.pop(("batch_duration_seconds_sum", frozenset()))
         # Summed batch by batch, in the log's order, as the histogram sums them.
         assert duration == sum(r["duration_ms"] / 1000 for r in logged)
+        want[("trigger_interval_seconds", frozenset())] = trigger_interval
         if logged:  # the time since then, at the scrape: a figure of the moment
             assert served.pop(("seconds_since_last_batch", frozenset())) >= 0
+        # Spark's status at the scrape, a figure of the moment too: 1 or 0.
+        for flag in ("trigger_active", "new_data_available"):
+            assert served.pop((flag, frozenset())) in (0.0, 1.0)
         # The histogram's buckets are the durations' distribution: checked by
         # their count and sum above.
         served = {
@@ -1069,3 +1078,84 @@ def start_kedro(bin_dir: Path, project: Path, args: list, log: Path, command=Non
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+class Scraper:
+    """Scrapes a Prometheus endpoint every ``interval`` seconds from a thread of
+    its own, as Prometheus does, and keeps every scrape that answered.
+
+    ``scrapes`` holds ``(unix time, {labels: value})``, the labels a frozenset
+    of ``(name, value)`` pairs with ``__name__``, as `promql` takes them.
+    """
+
+    def __init__(self, port: int, interval: float = 1.0) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.interval = interval
+        self.scrapes: list[tuple[float, dict[frozenset, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        next_scrape = time.monotonic()
+        while not self._stop.is_set():
+            with contextlib.suppress(OSError):  # not serving yet, or any more
+                at = time.time()
+                text = urlopen(self.url, timeout=5).read().decode()
+                values = {
+                    frozenset({("__name__", sample.name), *sample.labels.items()}): (
+                        sample.value
+                    )
+                    for family in text_string_to_metric_families(text)
+                    for sample in family.samples
+                }
+                self.scrapes.append((at, values))
+            next_scrape += self.interval
+            self._stop.wait(max(0.0, next_scrape - time.monotonic()))
+
+    def mark(self) -> int:
+        """The index the next scrape will have: where a phase of a test begins."""
+        return len(self.scrapes)
+
+    def samples(self, step: float | None = None) -> dict[frozenset, list]:
+        """Every series as ``[(time, value)]``; with ``step``, scrape ``i`` at
+        ``i * step`` instead of its time."""
+        series: dict[frozenset, list] = {}
+        for index, (at, values) in enumerate(self.scrapes):
+            for labels, value in values.items():
+                series.setdefault(labels, []).append(
+                    (index * step if step else at, value)
+                )
+        return series
+
+
+def start_continuous_kafka_run(
+    bin_dir: Path, project: Path, log_path: Path, *args: str, params: str = ""
+) -> subprocess.Popen:
+    """`kedro run --env kafka` at a 1-second trigger (and ``params``), its
+    output in ``log_path``, in a process group of its own (so that a test can
+    kill it whole)."""
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            [
+                bin_dir / "kedro",
+                "run",
+                "--env",
+                "kafka",
+                *args,
+                "--params",
+                ",".join(filter(None, ["trigger_interval=1 second", params])),
+            ],
+            cwd=project,
+            env=quiet_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

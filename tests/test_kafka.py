@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -29,9 +28,9 @@ from support import (
     kedro_run,
     point_at_broker,
     progress_records,
-    quiet_env,
     read_table,
     run,
+    start_continuous_kafka_run,
     unix_time,
 )
 
@@ -241,30 +240,6 @@ def test_broker_keeps_acknowledged_messages_through_sigkill(broker_tool, tmp_pat
         first.stop(grace=5)
         if second is not None:
             second.stop(grace=5)
-
-
-def start_continuous_kafka_run(
-    bin_dir: Path, project: Path, log_path: Path, *args: str
-) -> subprocess.Popen:
-    """`kedro run --env kafka` at a 1-second trigger, its output in ``log_path``,
-    in a process group of its own (so that a test can kill it whole)."""
-    with log_path.open("w") as log:
-        return subprocess.Popen(
-            [
-                bin_dir / "kedro",
-                "run",
-                "--env",
-                "kafka",
-                *args,
-                "--params",
-                "trigger_interval=1 second",
-            ],
-            cwd=project,
-            env=quiet_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
 
 def send_acknowledged(servers: str, topic: str, values: list[bytes]) -> None:

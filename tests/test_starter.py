@@ -13,6 +13,7 @@ import time
 from collections import Counter
 
 import yaml
+from promql import alert_states, load_rules
 from reference import (
     RULES,
     csv_batch,
@@ -28,12 +29,15 @@ from support import (
     PACKAGE,
     SHARED_DATA,
     STARTER_ROOT,
+    Scraper,
     assert_expectation_counts,
     assert_matches_reference,
     example_reference,
+    free_port,
     kedro_run,
     quiet_env,
     run,
+    start_kedro,
     streams,
 )
 
@@ -368,6 +372,15 @@ def test_continuous_run_stops_cleanly_on_sigterm_and_resumes(
     assert_matches_reference(fresh_project, example_reference(fresh_project))
 
 
+BRONZE_FAILED = frozenset(
+    {
+        ("__name__", "kedro_stream_query_status"),
+        ("query", "bronze_trips"),
+        ("kedro_stream_query_status", "failed"),
+    }
+)
+
+
 def test_failed_query_fails_the_run_with_its_name(fresh_project, project_bin):
     broken = fresh_project / "conf/broken"
     broken.mkdir()
@@ -382,13 +395,36 @@ bronze_trips:
     compression: no-such-codec
 """
     )
-    result = run(
-        [project_bin / "kedro", "run", "--pipelines", "ingest", "--env", "broken"],
-        cwd=fresh_project,
-        check=False,
-        timeout=300,
-    )
-    output = result.output
-    assert result.returncode != 0
+    # A continuous run: it serves the failed status for 15 s before it exits,
+    # long enough for Prometheus to scrape it and the alert to fire.
+    port = free_port()
+    log_path = fresh_project / "broken.log"
+    args = ["run", "--pipelines", "ingest", "--env", "broken", "--params"]
+    with Scraper(port, interval=0.5) as scraper:
+        process = start_kedro(
+            project_bin, fresh_project, [*args, f"metrics_port={port}"], log_path
+        )
+        returncode = process.wait(timeout=300)
+    output = log_path.read_text()
+    assert returncode != 0
     assert "Streaming query 'bronze_trips' failed" in output
     assert "no-such-codec" in output
+    assert "Serving the failed status on the Prometheus endpoint for 15 s" in output
+
+    failed = [
+        at
+        for at, values in scraper.scrapes
+        if values.get(BRONZE_FAILED) == 1.0  # the enum's "failed" series
+    ]
+    assert failed[-1] - failed[0] >= 14, "served for 15 s, scraped every 0.5 s"
+    rules = load_rules(fresh_project / "monitoring/alerts.yml")
+    samples = scraper.samples()
+    states = alert_states(
+        rules, samples, scraper.scrapes[0][0], scraper.scrapes[-1][0], 0.5
+    )
+    firing = [
+        {(name, dict(labels)["query"]) for name, labels, state in alerts}
+        for _, alerts in sorted(states.items())
+    ]
+    assert firing[0] == set()  # running, before its first batch failed
+    assert firing[-1] == {("KedroStreamQueryFailed", "bronze_trips")}

@@ -381,6 +381,7 @@ def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
     metrics = StreamMetrics()
     metrics.serve("127.0.0.1", 0)  # any free port
     progress = ProgressLog(StreamState(str(tmp_path / "streams")), metrics)
+    metrics.started("late", query, {"processingTime": "1 minute 30 seconds"})
     try:
         with caplog.at_level(logging.INFO):
             progress.update("late", query)
@@ -408,6 +409,9 @@ def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
             "state_rows",
             "watermark_timestamp_seconds",
             "batch_duration_seconds_count",
+            "trigger_interval_seconds",
+            "trigger_active",
+            "new_data_available",
         )
     } == {
         "batches_total": len(ran),
@@ -419,6 +423,10 @@ def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
             2024, 3, 1, 12, 10, tzinfo=timezone.utc
         ).timestamp(),
         "batch_duration_seconds_count": len(ran),
+        "trigger_interval_seconds": 90,
+        # Spark's status of a query that has finished: no trigger, no input left.
+        "trigger_active": 0,
+        "new_data_available": 0,
     }
     # Summed batch by batch, in Spark's order, as the histogram sums them.
     assert series[("kedro_stream_batch_duration_seconds_sum", late)] == sum(

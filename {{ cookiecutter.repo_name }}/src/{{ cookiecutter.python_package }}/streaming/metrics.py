@@ -15,7 +15,15 @@ Each series is taken from the progress log's own record of a micro-batch
 - ``kedro_stream_batch_duration_seconds``: a histogram of batch durations;
 - ``kedro_stream_last_batch_timestamp_seconds`` and
   ``kedro_stream_seconds_since_last_batch``: when the last batch ended
-  (committed), and how long ago at the time of the scrape (the trigger lag);
+  (committed), and how long ago at the time of the scrape (the trigger lag),
+  from the query's first batch on;
+- ``kedro_stream_trigger_interval_seconds``: the query's processing-time
+  trigger interval (none for other triggers);
+- ``kedro_stream_trigger_active`` and ``kedro_stream_new_data_available``:
+  Spark's status of the query at the time of the scrape, 1 or 0: in a trigger
+  (getting its sources' offsets or running a batch), and whether its last look
+  at the sources found data it had not processed. With the time since the
+  last batch, they tell a stalled query from an idle one;
 - ``kedro_stream_state_rows``, ``kedro_stream_watermark_timestamp_seconds``;
 - ``kedro_stream_kafka_lag_messages{topic, partition}``: messages in the
   partition beyond the last batch's end offset, as of that batch;
@@ -25,6 +33,7 @@ Each series is taken from the progress log's own record of a micro-batch
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -44,6 +53,16 @@ from prometheus_client.core import GaugeMetricFamily
 from .errors import StreamingConfigError
 
 STATUSES = ("running", "stopped", "failed")
+# The units of Spark's interval strings ("10 seconds", "1 minute 30 seconds").
+_SECONDS_PER_UNIT = {
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 604800.0,
+}
 # Batch durations: from a 1-second trigger's batches to a backlog's.
 _DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
@@ -110,6 +129,9 @@ class StreamMetrics:
             "that batch.",
             ["query", "topic", "partition"],
         )
+        self._trigger_interval = gauge(
+            "trigger_interval_seconds", "The query's processing-time trigger interval."
+        )
         self._status = Enum(
             "kedro_stream_query_status",
             "The query's status in this run.",
@@ -120,6 +142,8 @@ class StreamMetrics:
         # Per query, when its last batch ended: the trigger lag's origin.
         self.batch_ended: dict[str, float] = {}
         self.registry.register(_SinceLastBatch(self.batch_ended))
+        self._queries: dict[str, Any] = {}
+        self.registry.register(_QueryActivity(self._queries))
         self._server = None
 
     def record(self, batch: dict[str, Any]) -> None:
@@ -148,6 +172,16 @@ class StreamMetrics:
             for topic, partitions in (source.get("kafka_lag") or {}).items():
                 for partition, lag in partitions.items():
                     self._kafka_lag.labels(query, topic, partition).set(lag)
+
+    def started(self, name: str, query: Any, trigger: dict[str, Any]) -> None:
+        """Reports a query that has just started: status running, counters at 0,
+        its trigger interval, and Spark's status of it at each scrape."""
+        self.status(name, "running")
+        with self.registry.lock:
+            self._queries[name] = query
+            interval = trigger_interval_seconds(trigger)
+            if interval is not None:
+                self._trigger_interval.labels(name).set(interval)
 
     def status(self, query: str, status: str) -> None:
         """Sets the query's status: one of ``STATUSES``. A query that starts
@@ -208,6 +242,46 @@ class _SinceLastBatch:
 
     def describe(self) -> list[GaugeMetricFamily]:
         return []
+
+
+class _QueryActivity:
+    """Spark's status of each query, read at each scrape."""
+
+    def __init__(self, queries: dict[str, Any]) -> None:
+        self._queries = queries
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        active = GaugeMetricFamily(
+            "kedro_stream_trigger_active",
+            "1 while Spark is in one of the query's triggers: getting its sources' "
+            "offsets or running a batch.",
+            labels=["query"],
+        )
+        available = GaugeMetricFamily(
+            "kedro_stream_new_data_available",
+            "1 when Spark's last look at the query's sources found data it had "
+            "not processed.",
+            labels=["query"],
+        )
+        for name, query in self._queries.items():
+            status = query.status
+            active.add_metric([name], float(status["isTriggerActive"]))
+            available.add_metric([name], float(status["isDataAvailable"]))
+        yield active
+        yield available
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+
+def trigger_interval_seconds(trigger: dict[str, Any]) -> float | None:
+    """A ``processingTime`` trigger's interval in seconds; ``None`` for other
+    triggers, or an interval string of units other than Spark's usual ones."""
+    text = str(trigger.get("processingTime", "")).lower().removeprefix("interval")
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]+?)s?(?=\s|$)", text.strip())
+    if not parts or any(unit not in _SECONDS_PER_UNIT for _, unit in parts):
+        return None
+    return sum(float(number) * _SECONDS_PER_UNIT[unit] for number, unit in parts)
 
 
 def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:

@@ -55,6 +55,8 @@ class StreamingQueryHooks:
         self._queries: dict[str, StreamingQuery] = {}
         self._triggers: dict[str, dict[str, Any]] = {}
         self._stop_requested = False
+        self._failed = False
+        self._serve_after_failure = 0.0
         self._previous_handlers: dict[int, Any] = {}
         self._state = StreamState.from_settings({})
         self._progress = ProgressLog()
@@ -76,6 +78,7 @@ class StreamingQueryHooks:
         self._queries = {}
         self._triggers = {}
         self._stop_requested = False
+        self._failed = False
         self._state = StreamState.from_settings(self._settings)
         check_run(
             spark_session(),
@@ -113,7 +116,8 @@ class StreamingQueryHooks:
             data, trigger=self._triggers[dataset_name], query_name=dataset_name
         )
         self._queries[dataset_name] = query
-        self._set_status(dataset_name, "running")
+        if self._metrics is not None:
+            self._metrics.started(dataset_name, query, self._triggers[dataset_name])
         self._state.heartbeat(list(self._queries), force=True)
         logger.info("Started streaming query '%s' (id %s).", dataset_name, query.id)
 
@@ -155,6 +159,8 @@ class StreamingQueryHooks:
 
     def _end_run(self) -> None:
         self._state.stopped(list(self._queries))
+        if self._metrics is not None and self._failed:
+            self._serve_the_failure()
         self._restore_signal_handlers()
         if self._metrics is not None:
             self._metrics.close()
@@ -171,6 +177,14 @@ class StreamingQueryHooks:
                 f"metrics_port '{port}' in streaming.yml is not a port: set a "
                 "number from 1 to 65535, or 0 for no Prometheus endpoint."
             )
+        linger = self._settings.get("metrics_serve_after_failure", 0)
+        try:
+            self._serve_after_failure = float(linger)
+        except (TypeError, ValueError):
+            raise StreamingConfigError(
+                f"metrics_serve_after_failure '{linger}' in streaming.yml is not a "
+                "number of seconds: set one, or 0 to end a failed run at once."
+            ) from None
         if port == 0:
             return None
         metrics = StreamMetrics()
@@ -180,9 +194,22 @@ class StreamingQueryHooks:
         )
         return metrics
 
-    def _set_status(self, name: str, status: str) -> None:
-        if self._metrics is not None:
-            self._metrics.status(name, status)
+    def _serve_the_failure(self) -> None:
+        """Serves the endpoint a while after a query of a continuous run failed,
+        so that Prometheus scrapes the failed status before the run ends (and
+        its target with it)."""
+        seconds = self._serve_after_failure
+        bounded = all("availableNow" in t for t in self._triggers.values())
+        if seconds <= 0 or bounded:  # a bounded run is a job: its exit code tells
+            return
+        logger.info(
+            "Serving the failed status on the Prometheus endpoint for %g s "
+            "(Ctrl-C to end now; --params metrics_serve_after_failure=0 for none).",
+            seconds,
+        )
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self._stop_requested:
+            time.sleep(_POLL_SECONDS)
 
     def _log_totals(self) -> None:
         """The last progress lines, then one line of totals per query."""
@@ -220,7 +247,9 @@ class StreamingQueryHooks:
             for name, query in self._queries.items():
                 error = query.exception()
                 if error is not None:
-                    self._set_status(name, "failed")
+                    self._failed = True
+                    if self._metrics is not None:
+                        self._metrics.status(name, "failed")
                     self._stop_all()
                     raise StreamingQueryFailed(
                         f"Streaming query '{name}' failed: {headline(error)}\n"

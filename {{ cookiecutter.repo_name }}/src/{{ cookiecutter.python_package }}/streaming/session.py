@@ -127,6 +127,11 @@ def spark_session() -> SparkSession:
         _log_settings_the_server_keeps(spark, conf, remote)
     else:
         spark.sparkContext.setLogLevel("WARN")
+        if spark.sparkContext.uiWebUrl:
+            logger.info(
+                "Spark UI: %s (Structured Streaming tab: each query's batches).",
+                spark.sparkContext.uiWebUrl,
+            )
         # Delta's MERGE keeps its source in a local checkpoint, and Spark warns
         # that such an RDD cannot be recomputed, at every MERGE: not a problem.
         log4j = spark.sparkContext._jvm.org.apache.logging.log4j
