@@ -152,11 +152,11 @@ def run_through_phases(
             send(200, rate=100)
             wait_for_rows_in_bronze(project, process, log_path)
             begin = scraper.mark()
-            send(1500, rate=100)
+            send(1000, rate=100)
             phases["healthy"] = (begin, scraper.mark())
             begin = scraper.mark()
-            send(1200, rate=100, bad_every=10)
-            send(800, rate=100)  # the quarantine share falls back under 5 %
+            send(1000, rate=100, bad_every=10)
+            send(600, rate=100)  # the quarantine share falls back under 5 %
             phases["bad messages"] = (begin, scraper.mark())
             begin = scraper.mark()
             os.kill(broker.pid, signal.SIGSTOP)
@@ -164,14 +164,14 @@ def run_through_phases(
                 time.sleep(15)
             finally:
                 os.kill(broker.pid, signal.SIGCONT)
-            time.sleep(5)
+            time.sleep(3)
             phases["broker frozen"] = (begin, scraper.mark())
             begin = scraper.mark()
             send(9000, rate=600)
-            time.sleep(8)  # the backlog drains: the lag shrinks
+            time.sleep(5)  # the backlog drains: the lag shrinks
             phases["lag growing"] = (begin, scraper.mark())
             begin = scraper.mark()
-            send(1000, rate=100)
+            send(600, rate=100)
             phases["healthy again"] = (begin, scraper.mark())
         assert process.poll() is None, log_path.read_text()[-5000:]
         process.send_signal(signal.SIGTERM)

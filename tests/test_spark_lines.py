@@ -8,7 +8,9 @@ tests, the bounded example on files, from Kafka and into Delta tables, each
 compared with the independent computation, and Real-Time Mode where the line
 has it (refused before start where it does not).
 
-``STARTER_OTHER_SPARK_VERSIONS`` (comma-separated) chooses the lines; empty
+``STARTER_OTHER_SPARK_VERSIONS`` (comma-separated) chooses the lines: by
+default 4.0.0, the oldest (with 4.2.0, the default line, the suite brackets
+the range within CI's budget); ``4.0.0,4.1.1`` adds the middle one; empty
 skips them.
 """
 
@@ -41,7 +43,7 @@ from support import (
 
 OTHER_SPARK_VERSIONS = [
     version
-    for version in os.environ.get("STARTER_OTHER_SPARK_VERSIONS", "4.0.0,4.1.1").split(
+    for version in os.environ.get("STARTER_OTHER_SPARK_VERSIONS", "4.0.0").split(
         ","
     )
     if version
