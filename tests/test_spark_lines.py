@@ -43,9 +43,7 @@ from support import (
 
 OTHER_SPARK_VERSIONS = [
     version
-    for version in os.environ.get("STARTER_OTHER_SPARK_VERSIONS", "4.0.0").split(
-        ","
-    )
+    for version in os.environ.get("STARTER_OTHER_SPARK_VERSIONS", "4.0.0").split(",")
     if version
 ]
 # The whole topic in one micro-batch: the reference replays the same batch.
