@@ -67,7 +67,7 @@ def test_each_alert_fires_when_its_condition_is_provoked_and_none_otherwise(
         }
 
     firing = {phase: alerts(phase, "firing") for phase in phases}
-    print({phase: len(range(*span)) for phase, span in phases.items()}, "scrapes")
+    print_timeline(phases, states)
     assert firing == {
         "healthy": set(),
         "bad messages": {("KedroStreamQuarantineRateHigh", "bronze_trips")},
@@ -111,6 +111,19 @@ def test_each_alert_fires_when_its_condition_is_provoked_and_none_otherwise(
         )
         result = run_promtool(test_file)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def print_timeline(phases: dict[str, tuple[int, int]], states: dict) -> None:
+    """Each phase's scrapes, and at which ones the alerts changed (shown when
+    the test fails)."""
+    for phase, (begin, end) in phases.items():
+        changes, before = [], None
+        for index in range(begin, end):
+            now = sorted({(name, seen) for name, _, seen in states[index * STRETCH]})
+            if now != before:
+                changes.append((index, now))
+                before = now
+        print(f"{phase}: scrapes {begin}-{end - 1}, alerts {changes}")
 
 
 def run_through_phases(
