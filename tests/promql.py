@@ -193,7 +193,8 @@ _MATCH = {
 
 
 def _almost_equal(a: float, b: float, eps: float = 1e-12) -> bool:
-    # util/almost.Equal.
+    # Prometheus' own util/almost.Equal, which histogram_quantile uses to treat
+    # near-equal bucket counts as equal: part of the semantics, not a test bound.
     if a == b or (math.isnan(a) and math.isnan(b)):
         return True
     tiny = sys.float_info.min

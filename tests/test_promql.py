@@ -190,10 +190,8 @@ def test_equivalent_to_promtool(tmp_path, promtool):
     doc = yaml.safe_load(test_file.read_text())["tests"][0]
     firing = sum(len(t["exp_alerts"]) for t in doc["alert_rule_test"])
     samples = sum(len(t["exp_samples"]) for t in doc["promql_expr_test"])
-    print(
-        f"{len(doc['promql_expr_test'])} queries, {samples} samples, {firing} firing alerts"
-    )
-    assert firing > 100 and samples > 1000  # The data does exercise the rules.
+    # The data does exercise the rules: as many checks as the fixed series give.
+    assert (len(doc["promql_expr_test"]), samples, firing) == (4398, 4928, 2914)
     done = run_promtool(test_file, promtool)
     assert done.returncode == 0, (
         f"{promtool} test rules {test_file}:\n{done.stdout}{done.stderr}"

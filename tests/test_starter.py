@@ -416,7 +416,8 @@ bronze_trips:
         for at, values in scraper.scrapes
         if values.get(BRONZE_FAILED) == 1.0  # the enum's "failed" series
     ]
-    assert failed[-1] - failed[0] >= 14, "served for 15 s, scraped every 0.5 s"
+    # Served 15 s; the scrapes' times jitter, so the span seen is at least 14 s.
+    assert failed[-1] - failed[0] >= 14
     rules = load_rules(fresh_project / "monitoring/alerts.yml")
     samples = scraper.samples()
     states = alert_states(

@@ -141,9 +141,8 @@ class StreamMetrics:
         )
         # Per query, when its last batch ended: the trigger lag's origin.
         self.batch_ended: dict[str, float] = {}
-        self.registry.register(_SinceLastBatch(self.batch_ended))
         self._queries: dict[str, Any] = {}
-        self.registry.register(_QueryActivity(self._queries))
+        self.registry.register(_AtScrape(self.batch_ended, self._queries))
         self._server = None
 
     def record(self, batch: dict[str, Any]) -> None:
@@ -223,34 +222,23 @@ class StreamMetrics:
             self._server = None
 
 
-class _SinceLastBatch:
-    """``kedro_stream_seconds_since_last_batch``, computed at each scrape."""
+class _AtScrape:
+    """The gauges of the moment of each scrape: the time since each query's
+    last batch, and Spark's status of each query."""
 
-    def __init__(self, batch_ended: dict[str, float]) -> None:
+    def __init__(self, batch_ended: dict[str, float], queries: dict[str, Any]):
         self._batch_ended = batch_ended
+        self._queries = queries
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
+        since = GaugeMetricFamily(
             "kedro_stream_seconds_since_last_batch",
             "Seconds since the query's last micro-batch ended (the trigger lag).",
             labels=["query"],
         )
         now = time.time()
         for query, ended in self._batch_ended.items():
-            family.add_metric([query], max(now - ended, 0.0))
-        yield family
-
-    def describe(self) -> list[GaugeMetricFamily]:
-        return []
-
-
-class _QueryActivity:
-    """Spark's status of each query, read at each scrape."""
-
-    def __init__(self, queries: dict[str, Any]) -> None:
-        self._queries = queries
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+            since.add_metric([query], max(now - ended, 0.0))
         active = GaugeMetricFamily(
             "kedro_stream_trigger_active",
             "1 while Spark is in one of the query's triggers: getting its sources' "
@@ -267,8 +255,7 @@ class _QueryActivity:
             status = query.status
             active.add_metric([name], float(status["isTriggerActive"]))
             available.add_metric([name], float(status["isDataAvailable"]))
-        yield active
-        yield available
+        yield from (since, active, available)
 
     def describe(self) -> list[GaugeMetricFamily]:
         return []
