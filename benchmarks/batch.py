@@ -160,12 +160,11 @@ def bench_project(workdir: Path) -> tuple[Path, Path]:
 
 def class_archive(project: Path, python: Path) -> Path | None:
     """The archive of Spark's classes the project's runs map, if they use one."""
-    package = next((project / "src").glob("*/streaming/session.py")).parts[-3]
     where = subprocess.run(
         [
             python,
             "-c",
-            f"from {package}.streaming.session import class_archive; "
+            "from kedro_streaming.session import class_archive; "
             "print(class_archive({}) or '')",
         ],
         check=True,

@@ -1,6 +1,6 @@
 """Continuous mode at a real event rate: Kafka in, bronze_trips out.
 
-Starts the project's local broker (``python -m tools broker start``), runs
+Starts the project's local broker (``kedro streams broker start``), runs
 ``kedro run --env kafka --params trigger_interval=1 second`` (the default
 pipelines, ingest and aggregate, unless ``--pipelines`` says otherwise), and
 produces TLC-shaped trips at ``--rate`` messages/s for ``--seconds``. It
@@ -72,7 +72,7 @@ def main() -> None:
         .to_json(orient="records", lines=True)
         .splitlines()
     ]
-    broker = [python, "-m", "tools", "broker"]
+    broker = [python, "-m", "kedro_streaming.devtools", "broker"]
     subprocess.run([*broker, "start"], cwd=project, check=True)
     run = None
     try:
@@ -205,7 +205,7 @@ def main() -> None:
 def perf_classpath(python: Path, project: Path) -> str:
     """Kafka's jars as the project's local broker runs them, plus kafka-tools."""
     code = (
-        "from tools.broker import KAFKA_VERSION as v, cache_root as c; "
+        "from kedro_streaming.devtools.broker import KAFKA_VERSION as v, cache_root as c; "
         "print(v); print(c() / v / 'libs')"
     )
     version, libs = subprocess.run(

@@ -1,7 +1,7 @@
 """Produce -> consume latency of the realtime pipeline: Real-Time Mode against
 micro-batches, at a real event rate.
 
-Starts the project's local broker (``python -m tools broker start``), then,
+Starts the project's local broker (``kedro streams broker start``), then,
 round after round, runs ``kedro run --env <bench env> --pipelines realtime``
 twice on fresh topics and checkpoints: once as shipped (the sink's
 ``realTime`` trigger, its checkpoint interval as shipped unless
@@ -85,7 +85,7 @@ def main() -> None:
             orient="records", lines=True
         )
     )
-    broker = [python, "-m", "tools", "broker"]
+    broker = [python, "-m", "kedro_streaming.devtools", "broker"]
     subprocess.run([*broker, "start"], cwd=project, check=True)
     try:
         classpath = perf_classpath(python, project)

@@ -1,7 +1,7 @@
 """Draws the Grafana dashboard's panels over a real run, for docs/operating.md.
 
 Creates a project from this starter in a temporary folder, starts its Kafka
-broker (`python -m tools broker start`), runs the example continuously
+broker (`kedro streams broker start`), runs the example continuously
 (`kedro run --env kafka`, a 1-second trigger) while the project's producer
 sends real TLC trips (``../shared/reference-data``) at 100 messages/s, then
 the trips that break each expectation, and scrapes the run's Prometheus endpoint every second. Each panel of
@@ -72,7 +72,8 @@ def new_project(workdir: Path) -> tuple[Path, Path]:
 def run_and_scrape(project: Path, python: Path, seconds: int):
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
     tools = [python, "-m", "tools"]
-    subprocess.run([*tools, "broker", "start"], check=True, cwd=project, env=env)
+    devtools = [python, "-m", "kedro_streaming.devtools"]
+    subprocess.run([*devtools, "broker", "start"], check=True, cwd=project, env=env)
     port = free_port()
     run = subprocess.Popen(
         [python, "-m", "kedro", "run", "--env", "kafka", "--params"]
@@ -96,7 +97,7 @@ def run_and_scrape(project: Path, python: Path, seconds: int):
     finally:
         run.send_signal(signal.SIGTERM)
         run.wait(timeout=120)
-        subprocess.run([*tools, "broker", "stop"], check=False, cwd=project, env=env)
+        subprocess.run([*devtools, "broker", "stop"], check=False, cwd=project, env=env)
     return scraper, started
 
 

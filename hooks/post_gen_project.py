@@ -1,7 +1,58 @@
-"""Writes the example data into the new project, so that `kedro run` works at once."""
+"""After the files are written: where kedro-streaming comes from, and the
+example data, so that `pip install -r requirements.txt` and `kedro run` work
+at once."""
 
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
+
+PLUGIN_FOLDER = "kedro-streaming"  # the plugin's distribution in the starter
+
+
+def plugin_version(starter: Path) -> str:
+    init = starter / PLUGIN_FOLDER / "src" / "kedro_streaming" / "__init__.py"
+    return re.search(r'__version__ = "([^"]+)"', init.read_text())[1]
+
+
+def plugin_requirement(template: str, repo_dir: str, checkout: str) -> str:
+    """A PEP 508 requirement for the plugin of the starter the project came from:
+    the git URL at the checked-out tag (or commit), else the clone's folder."""
+    if template.startswith("git+") or re.match(r"^(https?|ssh|git)://|^git@", template):
+        url = template if template.startswith("git+") else f"git+{template}"
+        ref = checkout if checkout not in ("", "None") else None
+        if ref is None:  # the default branch moves: pin the commit it was at
+            ref = subprocess.run(
+                ["git", "-C", repo_dir, "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        return f"kedro-streaming @ {url}@{ref}#subdirectory={PLUGIN_FOLDER}"
+    # The hook runs in the new project's folder: a relative starter path is
+    # relative to where `kedro new` was typed, which the shell keeps in PWD.
+    starter = Path(os.environ.get("PWD", "."), repo_dir).resolve()
+    return f"kedro-streaming @ {(starter / PLUGIN_FOLDER).as_uri()}"
+
+
+def write_plugin_requirement() -> None:
+    repo_dir = "{{ cookiecutter._repo_dir }}"
+    requirement = plugin_requirement(
+        "{{ cookiecutter._template }}", repo_dir, "{{ cookiecutter._checkout }}"
+    )
+    version = plugin_version(Path(os.environ.get("PWD", "."), repo_dir).resolve())
+    path = Path("requirements.txt")
+    lines = [
+        f"{requirement}  # {version} when the project was made"
+        if line.startswith("kedro-streaming")
+        else line
+        for line in path.read_text().splitlines()
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+write_plugin_requirement()
 
 sys.path.insert(0, str(Path.cwd()))  # the project root, which holds tools/
 

@@ -21,6 +21,7 @@ pytest.register_assert_rewrite("support")
 
 from support import (  # noqa: E402
     PACKAGE,
+    PLUGIN_SOURCE,
     SASL_PASSWORD,
     SASL_USER,
     generate_project,
@@ -101,7 +102,7 @@ def fresh_project(generated_project, tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def project_tool(generated_project):
-    """Imports a module of the generated project's `tools`, e.g. ``broker``."""
+    """Imports a module of the generated project's `tools`: ``trips``."""
     sys.path.insert(0, str(generated_project))
     try:
         yield lambda name: importlib.import_module(f"tools.{name}")
@@ -110,8 +111,14 @@ def project_tool(generated_project):
 
 
 @pytest.fixture(scope="session")
-def broker_tool(project_tool):
-    return project_tool("broker")
+def broker_tool():
+    """The plugin's broker module, imported from this repository's source: it
+    needs Kafka's client only, not the PySpark of a project's venv."""
+    sys.path.insert(0, str(PLUGIN_SOURCE))
+    try:
+        yield importlib.import_module("kedro_streaming.devtools.broker")
+    finally:
+        sys.path.remove(str(PLUGIN_SOURCE))
 
 
 @pytest.fixture(scope="session")

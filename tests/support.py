@@ -51,6 +51,13 @@ SHARED_DATA = Path(
         "STARTER_REFERENCE_DATA", STARTER_ROOT.parent / "shared" / "reference-data"
     )
 )
+# kedro-streaming, the plugin every generated project installs.
+PLUGIN_ROOT = STARTER_ROOT / "kedro-streaming"
+PLUGIN_SOURCE = PLUGIN_ROOT / "src"
+PLUGIN_VERSION = re.search(
+    r'__version__ = "([^"]+)"',
+    (PLUGIN_SOURCE / "kedro_streaming" / "__init__.py").read_text(),
+)[1]
 PROJECT_NAME = "Taxi Rides"
 # The Spark line the suite runs on: cookiecutter.json's default.
 SPARK_VERSION = json.loads((STARTER_ROOT / "cookiecutter.json").read_text())[
@@ -93,12 +100,12 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def tool_service(tool: str, project: Path, project_bin: Path, data_dir: Path, *options):
-    """Runs `python -m tools <tool> start` (cluster, connect) on a free port.
+    """Runs `kedro streams <tool> start` (cluster, connect) on a free port.
 
     Yields its address (the last word the command prints) and data folder;
     stops it on exit.
     """
-    command = [project_bin / "python", "-m", "tools", tool]
+    command = [project_bin / "kedro", "streams", tool]
     port = str(free_port())
     started = run(
         [*command, "start", "--data-dir", data_dir, "--port", port, *options],

@@ -163,7 +163,7 @@ def test_packaged_project_submitted_to_the_cluster(
     run([project_bin / "kedro", "package"], cwd=fresh_project)
 
     result = run(
-        [project_bin / "python", "-m", "tools", "submit", "--env", "cluster", "--"]
+        [project_bin / "kedro", "streams", "submit", "--env", "cluster", "--"]
         + AS_SHIPPED,
         cwd=fresh_project,
         env={

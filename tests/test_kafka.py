@@ -165,7 +165,7 @@ def test_broker_cli_start_status_stop_keeps_data_reset_deletes(
     keeps the data folder, so topics survive a restart; reset deletes it."""
     # The default folder, relative to the project, as the README runs it.
     data_dir = fresh_project / "data/kafka-broker"
-    cli = [project_bin / "python", "-m", "tools", "broker"]
+    cli = [project_bin / "kedro", "streams", "broker"]
 
     def start() -> dict:
         started = run([*cli, "start", "--port", "0"], cwd=fresh_project)

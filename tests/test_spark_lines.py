@@ -25,6 +25,7 @@ import yaml
 from reference import example_settings, expected_outputs, message_batches, zone_boroughs
 from support import (
     AS_SHIPPED,
+    PLUGIN_ROOT,
     STARTER_ROOT,
     assert_each_message,
     assert_matches_reference,
@@ -69,32 +70,37 @@ def test_example_runs_on_another_spark_line(line_project, broker_log_on_failure)
     )
     assert installed.stdout.split() == [version]
 
-    # The runtime's tests (tests/streaming, the stream harness's included) and
-    # the guards of the ingest query's plan, which Spark may build otherwise
-    # from line to line. Not the class archive's, which tests the JVM, nor the
-    # other pipeline and test_run.py tests: the runs below take every node
-    # through this line's Spark and compare each figure with the reference.
-    # The default line runs all.
+    # The plugin's tests (the stream harness's included) and the project's
+    # guards of the ingest query's plan and of its Spark settings, which Spark
+    # may build otherwise from line to line. Not the class archive's, which
+    # tests the JVM, nor the other pipeline and test_run.py tests: the runs
+    # below take every node through this line's Spark and compare each figure
+    # with the reference. The default line runs all.
+    plugin = run(
+        [
+            *(python, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+            "--deselect=tests/test_queries.py::"
+            "test_spark_classes_archived_at_one_start_are_mapped_by_the_next",
+        ],
+        cwd=PLUGIN_ROOT,
+    )
+    assert " passed" in plugin.stdout and "failed" not in plugin.stdout
     own = run(
         [
-            python,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "tests/streaming",
+            *(python, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+            "tests/test_spark_conf.py",
             "tests/pipelines/ingest/test_nodes.py::"
             "test_ingest_plan_decodes_each_record_once_in_compiled_code",
             "tests/pipelines/ingest/test_nodes.py::"
             "test_ingest_query_is_compiled_once_not_per_micro_batch",
-            "--deselect=tests/streaming/test_queries.py::"
-            "test_spark_classes_archived_at_one_start_are_mapped_by_the_next",
         ],
         cwd=project,
     )
     assert " passed" in own.stdout and "failed" not in own.stdout
-    print(f"Spark {version}: the project's own tests: {own.seconds:.1f} s")
+    print(
+        f"Spark {version}: the plugin's tests {plugin.seconds:.1f} s, "
+        f"the project's {own.seconds:.1f} s"
+    )
 
     # Files, as the README runs it: the landed files in one micro-batch.
     ran = kedro_run(bin_dir, project, params=AS_SHIPPED)

@@ -27,6 +27,7 @@ from support import (
     AS_SHIPPED,
     FILE_BY_FILE,
     PACKAGE,
+    PLUGIN_VERSION,
     SHARED_DATA,
     STARTER_ROOT,
     Scraper,
@@ -75,12 +76,21 @@ def test_project_passes_ruff_and_its_own_tests(
 def test_starter_tests_and_benchmarks_pass_ruff():
     for command in (["format", "--check"], ["check"]):
         run(
-            [sys.executable, "-m", "ruff", *command, "tests", "benchmarks", "docs"],
+            [
+                sys.executable,
+                "-m",
+                "ruff",
+                *command,
+                "tests",
+                "benchmarks",
+                "docs",
+                "hooks",
+            ],
             cwd=STARTER_ROOT,
         )
 
 
-def test_docker_compose_agrees_with_conf_kafka(generated_project, project_tool):
+def test_docker_compose_agrees_with_conf_kafka(generated_project, broker_tool):
     """The compose file runs the Kafka version of tools/broker.py, where
     conf/kafka/globals.yml looks for it, and creates its topics."""
     compose = yaml.safe_load((generated_project / "docker-compose.yml").read_text())
@@ -91,7 +101,7 @@ def test_docker_compose_agrees_with_conf_kafka(generated_project, project_tool):
     port = servers.rpartition(":")[2]
     broker, topics = compose["services"]["kafka"], compose["services"]["topics"]
 
-    image = f"apache/kafka:{project_tool('broker').KAFKA_VERSION}"
+    image = f"apache/kafka:{broker_tool.KAFKA_VERSION}"
     assert broker["image"] == topics["image"] == image
     assert f"{port}:{port}" in broker["ports"]
     environment = broker["environment"]
@@ -304,11 +314,47 @@ def test_kedro_new_from_git_url_interactively(tmp_path):
     )
     assert created.returncode == 0, created.stdout + created.stderr
     project = tmp_path / "my-stream-lab"
-    assert (project / "src/my_stream_lab/streaming/queries.py").is_file()
+    assert (project / "src/my_stream_lab/pipelines/ingest/nodes.py").is_file()
+    assert not (project / "src/my_stream_lab/streaming").exists()
     assert (project / "data/01_raw/trips_landing/trips-0000.json").is_file()
     assert 'package_name = "my_stream_lab"' in (project / "pyproject.toml").read_text()
     catalog = (project / "conf/base/catalog.yml").read_text()
-    assert "type: my_stream_lab.streaming.SparkStreamingDataset" in catalog
+    assert "type: kedro_streaming.SparkStreamingDataset" in catalog
+    # The plugin comes from the same git URL, pinned to the commit it was made
+    # from (no --checkout: the default branch moves); pip builds it from there.
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    requirement = next(
+        line.split("  #")[0]
+        for line in (project / "requirements.txt").read_text().splitlines()
+        if line.startswith("kedro-streaming")
+    )
+    assert requirement == (
+        f"kedro-streaming @ git+file://{repo}@{head}#subdirectory=kedro-streaming"
+    )
+    wheels = tmp_path / "wheels"
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "-w",
+            wheels,
+            requirement,
+        ],
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert [path.name for path in wheels.iterdir()] == [
+        f"kedro_streaming-{PLUGIN_VERSION}-py3-none-any.whl"
+    ]
     spark_yml = (project / "conf/base/spark.yml").read_text()
     requirements = (project / "requirements.txt").read_text()
     version = next(

@@ -1,5 +1,5 @@
-"""Development tools of this project: a local Kafka broker and the example trips.
+"""The example's development tool: taxi trips to land as files or send to Kafka.
 
-Run from the project root: ``python -m tools --help``. Neither the pipelines
-nor the streaming runtime import them.
+Run from the project root: ``python -m tools --help``. The pipelines do not
+import it.
 """

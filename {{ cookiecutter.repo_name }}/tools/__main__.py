@@ -1,119 +1,27 @@
-"""The project's development tools, run from the project root.
+"""The example's taxi trips, from the project root.
 
-    python -m tools broker start|stop|status|reset
     python -m tools trips init|land [--env local]
     python -m tools trips send|watch [--env kafka]
-    python -m tools cluster start|stop|status
-    python -m tools connect start|stop|status
-    python -m tools submit [--env cluster] [-- <kedro run options>]
 
 Each command reads what it needs (the input folders, the broker address,
-topics and credentials, Spark settings) from ``conf/<env>``, as
-``kedro run --env <env>`` does.
+topics and credentials) from ``conf/<env>``, as ``kedro run --env <env>``
+does. The development services (a Kafka broker, a Spark cluster) are the
+plugin's: ``kedro streams broker start``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
-import os
-import shlex
-import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
-from typing import Any
 
 from kafka.errors import KafkaError
-from kedro.config import MissingConfigException
+from kedro_streaming.devtools.config import input_root, kafka_conf
 
-from tools import broker, spark, trips
-from tools.processes import say
-
-
-def project_config(env: str) -> dict[str, Any]:
-    """The ``globals``, ``credentials`` and ``spark`` settings of ``conf/<env>``.
-
-    Read as ``kedro run --env <env>`` reads them: with the project's
-    ``settings.py`` (its resolvers included) and ``conf/base`` beneath.
-    """
-    # Imported here: importing Kedro's project module sets up its logging, and
-    # says so on stdout, which holds only the commands' results.
-    with contextlib.redirect_stdout(sys.stderr):
-        from kedro.framework.project import (  # noqa: PLC0415
-            settings as project_settings,
-        )
-        from kedro.framework.startup import bootstrap_project  # noqa: PLC0415
-
-    with warnings.catch_warnings():
-        # Kedro registers its resolvers with an API newer omegaconf deprecates.
-        warnings.simplefilter("ignore", UserWarning)
-        metadata = bootstrap_project(Path.cwd())
-        loader = project_settings.CONFIG_LOADER_CLASS(
-            conf_source=str(metadata.project_path / project_settings.CONF_SOURCE),
-            env=env,
-            **project_settings.CONFIG_LOADER_ARGS,
-        )
-        config: dict[str, Any] = {"package_name": metadata.package_name}
-        for key in ("globals", "credentials", "spark"):
-            try:
-                config[key] = loader[key] or {}
-            except MissingConfigException:  # e.g. an environment without secrets
-                config[key] = {}
-    return config
-
-
-def kafka_conf(env: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``kafka`` globals and the ``kafka`` credentials of ``conf/<env>``."""
-    config = project_config(env)
-    settings, credentials = (
-        config["globals"].get("kafka") or {},
-        config["credentials"].get("kafka") or {},
-    )
-    if not settings.get("bootstrap_servers"):
-        raise ValueError(f"conf/{env}/globals.yml sets no kafka.bootstrap_servers")
-    return settings, credentials
-
-
-def input_root(env: str) -> Path:
-    """Where ``conf/<env>`` reads landing files and the zone table from."""
-    root = str(project_config(env)["globals"].get("input_root", "data/01_raw"))
-    if "://" in root.removeprefix("file://"):
-        raise ValueError(
-            f"conf/{env} reads input from {root}: these tools write local folders "
-            "only; copy the files there with your storage's own tools"
-        )
-    return Path(root.removeprefix("file://"))
-
-
-def run_broker(args: argparse.Namespace) -> int:
-    if args.command == "stop":
-        return broker.stop(args.data_dir, args.grace)
-    if args.command == "status":
-        return broker.status(args.data_dir)
-    if args.command == "reset":
-        return broker.reset(args.data_dir)
-    port = args.port
-    if port is None:
-        servers = kafka_conf(args.env)[0]["bootstrap_servers"]
-        port = int(servers.split(",")[0].rpartition(":")[2])
-    users = {}
-    for spec in args.sasl_user or []:
-        user, colon, password = spec.partition(":")
-        if not colon:
-            raise ValueError(f"--sasl-user takes USER:PASSWORD, not {user!r}")
-        users[user] = password
-    return broker.start(
-        args.data_dir,
-        port,
-        sasl_users=users,
-        sasl_port=args.sasl_port,
-        heap=args.heap,
-        timeout=args.timeout,
-    )
+from tools import trips
 
 
 def run_trips(args: argparse.Namespace) -> int:
@@ -166,153 +74,13 @@ def run_trips(args: argparse.Namespace) -> int:
     return 0
 
 
-def stop_or_status(args: argparse.Namespace, state_file: str, what: str) -> int:
-    """``stop`` or ``status`` of what ``state_file`` in ``--data-dir`` records."""
-    if args.command == "stop":
-        stopped = spark.stop(args.data_dir, state_file, args.grace)
-        say(f"Stopped the {what}." if stopped else f"The {what} was not running.")
-        return 0
-    state = spark.status(args.data_dir, state_file)
-    say(json.dumps(state, indent=2))
-    return 0 if state["running"] else 3
-
-
-def spark_settings(env: str) -> dict[str, str]:
-    """``conf/<env>``'s spark.yml, as Spark takes settings: text."""
-    spark_yml = project_config(env)["spark"]
-    return {key: str(value) for key, value in spark_yml.items() if value is not None}
-
-
-def run_cluster(args: argparse.Namespace) -> int:
-    if args.command != "start":
-        return stop_or_status(args, spark.CLUSTER_STATE, "cluster")
-    state = spark.start_cluster(
-        args.data_dir,
-        port=args.port,
-        workers=args.workers,
-        cores=args.cores,
-        memory=args.memory,
-        timeout=args.timeout,
-    )
-    say(
-        f"Spark standalone cluster: {args.workers} worker(s), web UI {state['ui_url']}",
-        file=sys.stderr,
-    )
-    say(state["master_url"])
-    return 0
-
-
-def run_connect(args: argparse.Namespace) -> int:
-    if args.command != "start":
-        return stop_or_status(args, spark.CONNECT_STATE, "server")
-    settings = spark_settings(args.env)
-    master = args.master or settings.get("spark.master", "local[2]")
-    state = spark.start_connect(
-        args.data_dir, settings, port=args.port, master=master, timeout=args.timeout
-    )
-    say(f"Spark Connect server on {master}, log {args.data_dir}", file=sys.stderr)
-    say(state["remote"])
-    return 0
-
-
-def run_submit(args: argparse.Namespace) -> int:
-    kedro_args = (
-        args.kedro_args[1:] if args.kedro_args[:1] == ["--"] else args.kedro_args
-    )
-    command, env = submit_command(args.env, kedro_args)
-    say(shlex.join(command), file=sys.stderr)
-    return 0 if args.dry_run else subprocess.call(command, env=env)
-
-
-def submit_command(env: str, kedro_args: list[str]) -> tuple[list[str], dict]:
-    """spark-submit of the packaged project (``kedro package``) with ``conf/<env>``.
-
-    Spark's settings come from the environment's spark.yml, written as a
-    properties file: spark-submit starts the JVM, so it must resolve the Kafka
-    connector (``spark.jars.packages``) itself.
-    """
-    package = project_config(env)["package_name"]
-    dist = Path("dist")
-    wheels = sorted(dist.glob(f"{package}-*.whl"))
-    conf_archive = dist / f"conf-{package}.tar.gz"
-    if not wheels or not conf_archive.is_file():
-        raise ValueError("dist/ holds no packaged project: run `kedro package` first")
-    settings = spark_settings(env)
-    if settings.get("spark.remote"):
-        raise ValueError(
-            f"conf/{env} uses Spark Connect (spark.remote): run it with "
-            f"`kedro run --env {env}`; spark-submit needs a spark.master"
-        )
-    properties = dist / f"spark-{env}.conf"
-    properties.write_text(
-        "".join(  # a Java properties file: backslashes are escapes
-            f"{key} {value.replace(chr(92), chr(92) * 2)}\n"
-            for key, value in sorted(settings.items())
-        )
-    )
-    entry_point = dist / "kedro_run.py"
-    entry_point.write_text(ENTRY_POINT.format(package=package))
-    command = [
-        str(spark.SPARK_HOME / "bin" / "spark-submit"),
-        *("--properties-file", str(properties)),
-        *("--py-files", str(wheels[-1])),
-        str(entry_point),
-        *("--env", env, "--conf-source", str(conf_archive)),
-        *kedro_args,
-    ]
-    # The driver needs the project's dependencies: by default, this Python's.
-    python = {
-        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-        "PYSPARK_DRIVER_PYTHON": os.environ.get(
-            "PYSPARK_DRIVER_PYTHON", sys.executable
-        ),
-    }
-    return command, {**os.environ, **python}
-
-
-ENTRY_POINT = '''"""spark-submit's entry point: runs the packaged project as `kedro run` would."""
-
-import sys
-
-from {package}.__main__ import main
-
-main(sys.argv[1:])
-'''
-
-
 def parser() -> argparse.ArgumentParser:
-    """The command line: ``<tool> <command> [options]``."""
+    """The command line: ``trips <command> [options]``."""
     main = argparse.ArgumentParser(
         prog="python -m tools", description=__doc__.split("\n\n")[0]
     )
     tools = main.add_subparsers(dest="tool", required=True)
-
-    kafka = tools.add_parser("broker", help="a local Kafka broker, without Docker")
-    kafka.set_defaults(run=run_broker)
-    commands = kafka.add_subparsers(dest="command", required=True)
-    start = commands.add_parser("start", help="start it, detached; wait until ready")
-    start.add_argument(
-        "--port", type=int, help="default: that of kafka.bootstrap_servers; 0: any"
-    )
-    start.add_argument(
-        "--sasl-user",
-        action="append",
-        metavar="USER:PASSWORD",
-        help="add a SASL_PLAINTEXT/PLAIN listener with this user (repeatable)",
-    )
-    start.add_argument("--sasl-port", type=int)
-    start.add_argument("--heap", default="512m", help="JVM heap (default 512m)")
-    start.add_argument("--timeout", type=float, default=90, help="seconds to start")
-    stop = commands.add_parser("stop", help="stop it; the data stays")
-    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
-    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
-    reset = commands.add_parser("reset", help="stop it and delete its data")
-    for command in (start, stop, status, reset):
-        command.add_argument("--data-dir", type=Path, default=broker.DATA_DIR)
-    start.add_argument("--env", default="kafka", help="conf/<env> (default kafka)")
-
     example = tools.add_parser("trips", help="the example's taxi trips")
-    example.set_defaults(run=run_trips)
     commands = example.add_subparsers(dest="command", required=True)
     init = commands.add_parser("init", help="write the zone lookup and 8 trip files")
     init.add_argument("--files", type=int, default=8)
@@ -358,56 +126,7 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--env", default="kafka", help="conf/<env> (default kafka)"
         )
-    add_spark_commands(tools)
     return main
-
-
-def _start_stop_status(tool, start_help: str) -> argparse.ArgumentParser:
-    """The ``start``, ``stop`` and ``status`` commands of a tool; returns ``start``."""
-    commands = tool.add_subparsers(dest="command", required=True)
-    start = commands.add_parser("start", help=start_help)
-    stop = commands.add_parser("stop", help="stop it")
-    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
-    for command in (start, stop, status):
-        command.add_argument("--data-dir", type=Path, default=spark.DATA_DIR)
-    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
-    return start
-
-
-def add_spark_commands(tools) -> None:
-    """``cluster``, ``connect`` and ``submit``."""
-    cluster = tools.add_parser("cluster", help="a Spark standalone cluster")
-    cluster.set_defaults(run=run_cluster)
-    start = _start_stop_status(cluster, "start a master and workers, detached")
-    start.add_argument("--port", type=int, default=7077, help="the master's port")
-    start.add_argument("--workers", type=int, default=1)
-    start.add_argument("--cores", type=int, default=2, help="cores per worker")
-    start.add_argument("--memory", default="4g", help="memory per worker")
-    start.add_argument("--timeout", type=float, default=90, help="seconds to start")
-
-    connect = tools.add_parser("connect", help="a Spark Connect server")
-    connect.set_defaults(run=run_connect)
-    start = _start_stop_status(connect, "start it, detached; wait until ready")
-    start.add_argument("--port", type=int, default=15002, help="its gRPC port")
-    start.add_argument(
-        "--master", help="where it runs queries (default: spark.master of --env)"
-    )
-    start.add_argument(
-        "--env", default="local", help="conf/<env> whose spark.yml sets it up"
-    )
-    start.add_argument("--timeout", type=float, default=180, help="seconds to start")
-
-    submit = tools.add_parser(
-        "submit", help="spark-submit the packaged project (`kedro package` first)"
-    )
-    submit.set_defaults(run=run_submit)
-    submit.add_argument("--env", default="cluster", help="conf/<env> (default cluster)")
-    submit.add_argument(
-        "--dry-run", action="store_true", help="print the command, do not run it"
-    )
-    submit.add_argument(
-        "kedro_args", nargs=argparse.REMAINDER, help="more `kedro run` options"
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -417,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     args = parser().parse_args(argv)
     try:
-        return args.run(args)
-    except (broker.BrokerError, spark.SparkToolError, KafkaError, ValueError) as error:
+        return run_trips(args)
+    except (KafkaError, ValueError) as error:
         sys.stderr.write(f"error: {error}\n")
         return 1
 

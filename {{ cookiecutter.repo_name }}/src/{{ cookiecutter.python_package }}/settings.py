@@ -2,11 +2,7 @@
 
 from omegaconf.resolvers import oc
 
-from {{ cookiecutter.python_package }}.streaming import SparkHooks, StreamingQueryHooks
-
-# SparkHooks reads spark.yml and starts the SparkSession when a pipeline runs;
-# StreamingQueryHooks runs the life of the streaming queries the pipelines start.
-HOOKS = (SparkHooks(), StreamingQueryHooks())
+from {{ cookiecutter.python_package }}.hooks import HOOKS  # noqa: F401 (Kedro reads it here)
 
 # `oc.env` everywhere, not only in credentials: a cluster environment takes its
 # storage root and master URL from the deployment's variables. Secrets still
@@ -18,6 +14,7 @@ CONFIG_LOADER_ARGS = {
     # An environment's parameters_expectations.yml can change one rule (or one
     # rule's action) without repeating the others.
     "merge_strategy": {"parameters": "soft"},
+    # kedro-streaming's settings: spark.yml and streaming.yml.
     "config_patterns": {
         "spark": ["spark*", "spark*/**"],
         "streaming": ["streaming*", "streaming*/**"],

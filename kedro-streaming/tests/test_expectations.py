@@ -2,8 +2,8 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
-from {{ cookiecutter.python_package }}.streaming import StreamingConfigError, check_expectations
-from {{ cookiecutter.python_package }}.streaming.expectations import EXPECTATIONS_METRIC
+from kedro_streaming import StreamingConfigError, check_expectations
+from kedro_streaming.expectations import EXPECTATIONS_METRIC
 
 RULES = {
     "n_present": {"expect": "n IS NOT NULL", "action": "quarantine"},

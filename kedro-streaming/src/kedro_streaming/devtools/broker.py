@@ -4,10 +4,10 @@ The broker is Apache Kafka itself: its jars are resolved from Maven Central with
 Maven (``mvn``) into a cache once, then started with ``java``. Like a compose
 volume, ``data/kafka-broker/`` keeps its topics across restarts::
 
-    python -m tools broker start    # on the port of conf/kafka/globals.yml
-    python -m tools broker status
-    python -m tools broker stop     # the data stays
-    python -m tools broker reset    # deletes the data
+    kedro streams broker start    # on the port of conf/kafka/globals.yml
+    kedro streams broker status
+    kedro streams broker stop     # the data stays
+    kedro streams broker reset    # deletes the data
 
 From Python (a temporary data folder, removed on stop, unless ``data_dir``)::
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from tools.processes import (
+from .processes import (
     HOST,
     free_ports,
     pid_alive,
@@ -700,7 +700,7 @@ class LocalKafka:
             time.sleep(0.25)
 
 
-# The commands of `python -m tools broker`: the broker runs detached, and
+# The commands of `kedro streams broker`: the broker runs detached, and
 # <data_dir>/broker.json records it for the next command.
 
 

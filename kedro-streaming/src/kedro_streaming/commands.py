@@ -1,9 +1,11 @@
 """``kedro streams status | validate | reset | optimize | vacuum``: operate the
-project's streams and their tables.
+project's streams and their tables; ``kedro streams broker | cluster | connect
+| submit``: development services on this machine.
 
-The project's ``cli.py`` adds the ``streams`` group to Kedro's commands. Each
-command takes ``--env`` and ``--pipelines`` as ``kedro run`` does and reads
-the same configuration; ``status`` and ``reset`` start no Spark.
+Kedro finds ``commands`` through the ``kedro.project_commands`` entry point of
+this distribution, in every project that installs it. Each command takes
+``--env`` and ``--pipelines`` as ``kedro run`` does and reads the same
+configuration; ``status`` and ``reset`` start no Spark.
 """
 
 from __future__ import annotations
@@ -49,7 +51,12 @@ pipelines_option = click.option(
 )
 
 
-@click.group(name="streams")
+@click.group(name="kedro-streaming")
+def commands() -> None:
+    """Commands of the kedro-streaming plugin."""
+
+
+@commands.group(name="streams")
 def streams() -> None:
     """Operate the streaming queries and their tables."""
 
@@ -483,3 +490,26 @@ def _plan_problem(spark, dataset: SparkStreamingDataset, frame) -> str | None:
     except Exception as error:
         return headline(error)
     return None
+
+
+# The development services keep their own command line (``devtools.cli``);
+# these commands hand it their arguments, so that both spell them alike.
+_PASS_THROUGH = {"ignore_unknown_options": True, "help_option_names": []}
+
+
+def _service(name: str, help_text: str) -> None:
+    @streams.command(name=name, help=help_text, context_settings=_PASS_THROUGH)
+    @click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
+    def service(arguments: tuple[str, ...]) -> None:
+        from .devtools.cli import main  # noqa: PLC0415 (only when asked for)
+
+        raise SystemExit(main([name, *arguments]))
+
+
+for _name, _help in (
+    ("broker", "A local Kafka broker: start | stop | status | reset (--help)."),
+    ("cluster", "A local Spark standalone cluster: start | stop | status."),
+    ("connect", "A local Spark Connect server: start | stop | status."),
+    ("submit", "spark-submit the packaged project (`kedro package` first)."),
+):
+    _service(_name, _help)

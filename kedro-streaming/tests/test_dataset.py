@@ -2,7 +2,7 @@
 
 import json
 
-from {{ cookiecutter.python_package }}.streaming import SparkStreamingDataset
+from kedro_streaming import SparkStreamingDataset
 
 FOREACH_BATCH_ROWS: list[int] = []
 

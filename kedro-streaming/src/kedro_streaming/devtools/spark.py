@@ -4,10 +4,10 @@ Both are the installed PySpark's own Spark: its jars, started with the
 ``spark-class`` and ``spark-submit`` scripts it ships, as detached processes
 whose state is kept in ``data/spark/``::
 
-    python -m tools cluster start    # a master and a worker; prints spark://...
-    python -m tools cluster status | stop
-    python -m tools connect start    # a Spark Connect server; prints sc://...
-    python -m tools connect status | stop
+    kedro streams cluster start    # a master and a worker; prints spark://...
+    kedro streams cluster status | stop
+    kedro streams connect start    # a Spark Connect server; prints sc://...
+    kedro streams connect status | stop
 
 Workers start without this shell's ``PYTHONPATH`` and run executors in
 folders of their own, as on other machines: what the executors need, Spark
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pyspark
 
-from tools.processes import HOST, free_ports, pid_alive, pid_cmdline, tail, terminate
+from .processes import HOST, free_ports, pid_alive, pid_cmdline, tail, terminate
 
 SPARK_HOME = Path(pyspark.__file__).parent
 DATA_DIR = Path("data/spark")

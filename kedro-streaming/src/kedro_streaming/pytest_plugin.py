@@ -1,25 +1,34 @@
-"""One local SparkSession for the whole test run, and the stream harness."""
+"""pytest fixtures of kedro-streaming, in every project that installs it.
+
+- ``spark``: one local SparkSession for the whole test run (``local[2]``,
+  UTC, two shuffle partitions, no UI). A project's own ``spark`` fixture in
+  its ``conftest.py`` takes its place.
+- ``stream_test``: ``StreamTest`` on that session, in a folder of the test's
+  own: ``stream_test(node_function, streams={...}, static={...})``.
+"""
+
+from __future__ import annotations
 
 import itertools
 import os
 
 import pytest
-from pyspark.sql import SparkSession
 
-from {{ cookiecutter.python_package }}.streaming.testing import StreamTest
-
+# Tests that open a KedroSession send nothing anywhere.
 os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "true")
 
 
 @pytest.fixture(scope="session")
-def spark() -> SparkSession:
+def spark():
+    from pyspark.sql import SparkSession  # noqa: PLC0415 (tests that use Spark)
+
     session = (
         SparkSession.builder.master("local[2]")
         .appName("tests")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
-        # As in conf/base/spark.yml: plans are final when planned.
+        # As a project's spark.yml: plans are final when planned.
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -32,8 +41,9 @@ def spark() -> SparkSession:
 
 @pytest.fixture
 def stream_test(spark, tmp_path):
-    """``StreamTest`` on the test session, each in a folder of the test's own:
-    ``stream_test(node_function, streams={...}, static={...})``."""
+    """``StreamTest`` on the test session, each in a folder of the test's own."""
+    from .testing import StreamTest  # noqa: PLC0415
+
     numbers = itertools.count()
 
     def make(target, **kwargs) -> StreamTest:

@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
 from .errors import StreamingConfigError
+from .records import record_origin
 
 ACTIONS = ("warn", "quarantine", "fail")
 # The observed metric: one count per rule, and these totals.
@@ -110,8 +111,8 @@ def check_expectations(  # noqa: PLR0913
     records: DataFrame,
     config: Mapping[str, Any],
     *,
-    declared_in: str,
-    origin: Column,
+    declared_in: str = "the rules given to check_expectations",
+    origin: Column | None = None,
     problems: str | None = None,
     reason_column: str = "rejection_reason",
     warnings_column: str = "warnings",
@@ -128,7 +129,9 @@ def check_expectations(  # noqa: PLR0913
         config: The rules, ``{name: {expect: ..., action: ...}}``.
         declared_in: Where the rules are declared, for messages.
         origin: Where a record came from (a file, a Kafka offset), for the
-            message of a ``fail`` rule.
+            message of a ``fail`` rule; by default ``record_origin``: the
+            provenance columns and ``raw_payload`` of ``parse_records``
+            where ``records`` has them, else the record as JSON.
         problems: A column of reasons found before the rules (a record that
             did not parse). A record with one is quarantined with them and
             not checked against the rules.
@@ -148,6 +151,8 @@ def check_expectations(  # noqa: PLR0913
     """
     expectations = expectations_from_config(config, declared_in)
     _check_rules(records, expectations, declared_in)
+    if origin is None:
+        origin = record_origin(records)
 
     # The checks are written as SQL, as the rules are: a Column built in
     # Python costs a call into the JVM per function and operator, and 32 rules

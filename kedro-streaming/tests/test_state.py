@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from {{ cookiecutter.python_package }}.streaming.errors import StreamingConfigError
-from {{ cookiecutter.python_package }}.streaming.state import STALE_SECONDS, StreamState
+from kedro_streaming.errors import StreamingConfigError
+from kedro_streaming.state import STALE_SECONDS, StreamState
 
 
 def record(query: str, batch: int, rows: int = 10, **expectations: int) -> dict:

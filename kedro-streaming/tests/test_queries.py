@@ -11,44 +11,41 @@ from urllib.request import urlopen
 
 import pyspark
 import pytest
-import yaml
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
 
-from {{ cookiecutter.python_package }}.streaming import (
+from kedro_streaming import (
     SparkStreamingDataset,
     StreamingConfigError,
     StreamingQueryHooks,
     session,
 )
-from {{ cookiecutter.python_package }}.streaming.checks import (
+from kedro_streaming.checks import (
     check_paths_reach_the_cluster,
     check_real_time,
     check_real_time_task_slots,
     real_time_plan_problem,
     run_trigger,
 )
-from {{ cookiecutter.python_package }}.streaming.delta import (
+from kedro_streaming.delta import (
     check_delta_package,
-    delta_package_for,
 )
-from {{ cookiecutter.python_package }}.streaming.metrics import StreamMetrics
-from {{ cookiecutter.python_package }}.streaming.progress import ProgressLog
-from {{ cookiecutter.python_package }}.streaming.session import (
+from kedro_streaming.metrics import StreamMetrics
+from kedro_streaming.progress import ProgressLog
+from kedro_streaming.session import (
     _claim_recording,
     _prune_class_archives,
     _record_installation,
     check_kafka_connector,
     class_archive,
-    local_scala_version,
     remember_resolution,
     without_resolution,
 )
-from {{ cookiecutter.python_package }}.streaming.state import StreamState
+from kedro_streaming.state import StreamState
 
-DATASET = "{{ cookiecutter.python_package }}.streaming.SparkStreamingDataset"
+DATASET = "kedro_streaming.SparkStreamingDataset"
 SOURCE = {
     "type": DATASET,
     "filepath": "in",
@@ -439,31 +436,6 @@ def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
     )
 
 
-def test_delta_state_is_rebuilt_in_as_few_tasks_as_shuffles():
-    """Delta's default of 50 tasks to rebuild a table's state cost about a
-    second per micro-batch on a laptop, in every query of --env delta."""
-    conf = Path(__file__).resolve().parents[2] / "conf"
-    base = yaml.safe_load((conf / "base/spark.yml").read_text())
-    delta = yaml.safe_load((conf / "delta/spark.yml").read_text())
-    partitions = int(delta["spark.databricks.delta.snapshotPartitions"])
-    assert partitions <= int(base["spark.sql.shuffle.partitions"])
-
-
-def test_shipped_packages_fit_the_installed_pyspark():
-    """The Kafka connector and the Delta package of conf/ are the installed
-    PySpark's: one choice of Spark line when the project was made sets them all."""
-    conf = Path(__file__).resolve().parents[2] / "conf"
-    version = pyspark.__version__
-    for env in ("base", "delta"):
-        packages = yaml.safe_load((conf / env / "spark.yml").read_text())[
-            "spark.jars.packages"
-        ]
-        assert f"spark-sql-kafka-0-10_2.13:{version}" in packages
-        check_kafka_connector(packages, version, local_scala_version())
-        check_delta_package(packages, version, local_scala_version())
-    assert delta_package_for(version) in packages
-
-
 def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypatch):
     """The same packages skip Ivy while every jar they resolved to is there;
     other packages, a version that moves or a deleted jar resolve again."""
@@ -500,7 +472,7 @@ def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypat
 ONE_SESSION = """
 import sys
 import pyspark
-from {{ cookiecutter.python_package }}.streaming.session import configure_spark, spark_session
+from kedro_streaming.session import configure_spark, spark_session
 configure_spark({
     "spark.master": "local[1]",
     "spark.ui.enabled": "false",

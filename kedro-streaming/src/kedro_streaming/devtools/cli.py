@@ -1,0 +1,287 @@
+"""Development services of a streaming project, run from the project root.
+
+    kedro streams broker start|stop|status|reset
+    kedro streams cluster start|stop|status
+    kedro streams connect start|stop|status
+    kedro streams submit [--env cluster] [-- <kedro run options>]
+
+(``python -m kedro_streaming.devtools ...`` is the same, without Kedro's CLI.)
+
+Each command reads what it needs (the input folders, the broker address,
+topics and credentials, Spark settings) from ``conf/<env>``, as
+``kedro run --env <env>`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kafka.errors import KafkaError
+
+from . import broker, spark
+from .config import kafka_conf, project_config
+from .processes import say
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    if args.command == "stop":
+        return broker.stop(args.data_dir, args.grace)
+    if args.command == "status":
+        return broker.status(args.data_dir)
+    if args.command == "reset":
+        return broker.reset(args.data_dir)
+    port = args.port
+    if port is None:
+        servers = kafka_conf(args.env)[0]["bootstrap_servers"]
+        port = int(servers.split(",")[0].rpartition(":")[2])
+    users = {}
+    for spec in args.sasl_user or []:
+        user, colon, password = spec.partition(":")
+        if not colon:
+            raise ValueError(f"--sasl-user takes USER:PASSWORD, not {user!r}")
+        users[user] = password
+    return broker.start(
+        args.data_dir,
+        port,
+        sasl_users=users,
+        sasl_port=args.sasl_port,
+        heap=args.heap,
+        timeout=args.timeout,
+    )
+
+
+def stop_or_status(args: argparse.Namespace, state_file: str, what: str) -> int:
+    """``stop`` or ``status`` of what ``state_file`` in ``--data-dir`` records."""
+    if args.command == "stop":
+        stopped = spark.stop(args.data_dir, state_file, args.grace)
+        say(f"Stopped the {what}." if stopped else f"The {what} was not running.")
+        return 0
+    state = spark.status(args.data_dir, state_file)
+    say(json.dumps(state, indent=2))
+    return 0 if state["running"] else 3
+
+
+def spark_settings(env: str) -> dict[str, str]:
+    """``conf/<env>``'s spark.yml, as Spark takes settings: text."""
+    spark_yml = project_config(env)["spark"]
+    return {key: str(value) for key, value in spark_yml.items() if value is not None}
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    if args.command != "start":
+        return stop_or_status(args, spark.CLUSTER_STATE, "cluster")
+    state = spark.start_cluster(
+        args.data_dir,
+        port=args.port,
+        workers=args.workers,
+        cores=args.cores,
+        memory=args.memory,
+        timeout=args.timeout,
+    )
+    say(
+        f"Spark standalone cluster: {args.workers} worker(s), web UI {state['ui_url']}",
+        file=sys.stderr,
+    )
+    say(state["master_url"])
+    return 0
+
+
+def run_connect(args: argparse.Namespace) -> int:
+    if args.command != "start":
+        return stop_or_status(args, spark.CONNECT_STATE, "server")
+    settings = spark_settings(args.env)
+    master = args.master or settings.get("spark.master", "local[2]")
+    state = spark.start_connect(
+        args.data_dir, settings, port=args.port, master=master, timeout=args.timeout
+    )
+    say(f"Spark Connect server on {master}, log {args.data_dir}", file=sys.stderr)
+    say(state["remote"])
+    return 0
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    kedro_args = (
+        args.kedro_args[1:] if args.kedro_args[:1] == ["--"] else args.kedro_args
+    )
+    command, env = submit_command(args.env, kedro_args)
+    say(shlex.join(command), file=sys.stderr)
+    return 0 if args.dry_run else subprocess.call(command, env=env)
+
+
+def submit_command(env: str, kedro_args: list[str]) -> tuple[list[str], dict]:
+    """spark-submit of the packaged project (``kedro package``) with ``conf/<env>``.
+
+    Spark's settings come from the environment's spark.yml, written as a
+    properties file: spark-submit starts the JVM, so it must resolve the Kafka
+    connector (``spark.jars.packages``) itself.
+    """
+    package = project_config(env)["package_name"]
+    dist = Path("dist")
+    wheels = sorted(dist.glob(f"{package}-*.whl"))
+    conf_archive = dist / f"conf-{package}.tar.gz"
+    if not wheels or not conf_archive.is_file():
+        raise ValueError("dist/ holds no packaged project: run `kedro package` first")
+    settings = spark_settings(env)
+    if settings.get("spark.remote"):
+        raise ValueError(
+            f"conf/{env} uses Spark Connect (spark.remote): run it with "
+            f"`kedro run --env {env}`; spark-submit needs a spark.master"
+        )
+    properties = dist / f"spark-{env}.conf"
+    properties.write_text(
+        "".join(  # a Java properties file: backslashes are escapes
+            f"{key} {value.replace(chr(92), chr(92) * 2)}\n"
+            for key, value in sorted(settings.items())
+        )
+    )
+    # The runtime goes with the project: executors import it to run what the
+    # project's nodes hand them (a foreachBatch function, a UDF).
+    runtime = _runtime_archive(dist)
+    entry_point = dist / "kedro_run.py"
+    entry_point.write_text(ENTRY_POINT.format(package=package))
+    command = [
+        str(spark.SPARK_HOME / "bin" / "spark-submit"),
+        *("--properties-file", str(properties)),
+        *("--py-files", f"{wheels[-1]},{runtime}"),
+        str(entry_point),
+        *("--env", env, "--conf-source", str(conf_archive)),
+        *kedro_args,
+    ]
+    # The driver needs the project's dependencies: by default, this Python's.
+    python = {
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "PYSPARK_DRIVER_PYTHON": os.environ.get(
+            "PYSPARK_DRIVER_PYTHON", sys.executable
+        ),
+    }
+    return command, {**os.environ, **python}
+
+
+def _runtime_archive(dist: Path) -> Path:
+    """The installed kedro_streaming package as a zip for ``--py-files``."""
+    import kedro_streaming  # noqa: PLC0415
+
+    package = Path(kedro_streaming.__file__).parent
+    base = dist / f"kedro_streaming-{kedro_streaming.__version__}"
+    archive = shutil.make_archive(
+        str(base), "zip", root_dir=package.parent, base_dir=package.name
+    )
+    return Path(archive)
+
+
+ENTRY_POINT = '''"""spark-submit's entry point: runs the packaged project as `kedro run` would."""
+
+import sys
+
+from {package}.__main__ import main
+
+main(sys.argv[1:])
+'''
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: ``<tool> <command> [options]``."""
+    main = argparse.ArgumentParser(
+        prog="kedro streams", description=__doc__.split("\n\n")[0]
+    )
+    tools = main.add_subparsers(dest="tool", required=True)
+
+    kafka = tools.add_parser("broker", help="a local Kafka broker, without Docker")
+    kafka.set_defaults(run=run_broker)
+    commands = kafka.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("start", help="start it, detached; wait until ready")
+    start.add_argument(
+        "--port", type=int, help="default: that of kafka.bootstrap_servers; 0: any"
+    )
+    start.add_argument(
+        "--sasl-user",
+        action="append",
+        metavar="USER:PASSWORD",
+        help="add a SASL_PLAINTEXT/PLAIN listener with this user (repeatable)",
+    )
+    start.add_argument("--sasl-port", type=int)
+    start.add_argument("--heap", default="512m", help="JVM heap (default 512m)")
+    start.add_argument("--timeout", type=float, default=90, help="seconds to start")
+    stop = commands.add_parser("stop", help="stop it; the data stays")
+    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
+    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
+    reset = commands.add_parser("reset", help="stop it and delete its data")
+    for command in (start, stop, status, reset):
+        command.add_argument("--data-dir", type=Path, default=broker.DATA_DIR)
+    start.add_argument("--env", default="kafka", help="conf/<env> (default kafka)")
+
+    add_spark_commands(tools)
+    return main
+
+
+def _start_stop_status(tool, start_help: str) -> argparse.ArgumentParser:
+    """The ``start``, ``stop`` and ``status`` commands of a tool; returns ``start``."""
+    commands = tool.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("start", help=start_help)
+    stop = commands.add_parser("stop", help="stop it")
+    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
+    for command in (start, stop, status):
+        command.add_argument("--data-dir", type=Path, default=spark.DATA_DIR)
+    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
+    return start
+
+
+def add_spark_commands(tools) -> None:
+    """``cluster``, ``connect`` and ``submit``."""
+    cluster = tools.add_parser("cluster", help="a Spark standalone cluster")
+    cluster.set_defaults(run=run_cluster)
+    start = _start_stop_status(cluster, "start a master and workers, detached")
+    start.add_argument("--port", type=int, default=7077, help="the master's port")
+    start.add_argument("--workers", type=int, default=1)
+    start.add_argument("--cores", type=int, default=2, help="cores per worker")
+    start.add_argument("--memory", default="4g", help="memory per worker")
+    start.add_argument("--timeout", type=float, default=90, help="seconds to start")
+
+    connect = tools.add_parser("connect", help="a Spark Connect server")
+    connect.set_defaults(run=run_connect)
+    start = _start_stop_status(connect, "start it, detached; wait until ready")
+    start.add_argument("--port", type=int, default=15002, help="its gRPC port")
+    start.add_argument(
+        "--master", help="where it runs queries (default: spark.master of --env)"
+    )
+    start.add_argument(
+        "--env", default="local", help="conf/<env> whose spark.yml sets it up"
+    )
+    start.add_argument("--timeout", type=float, default=180, help="seconds to start")
+
+    submit = tools.add_parser(
+        "submit", help="spark-submit the packaged project (`kedro package` first)"
+    )
+    submit.set_defaults(run=run_submit)
+    submit.add_argument("--env", default="cluster", help="conf/<env> (default cluster)")
+    submit.add_argument(
+        "--dry-run", action="store_true", help="print the command, do not run it"
+    )
+    submit.add_argument(
+        "kedro_args", nargs=argparse.REMAINDER, help="more `kedro run` options"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs one command; returns its exit code."""
+    # kafka-python warns on every refused connection while a broker starts.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (broker.BrokerError, spark.SparkToolError, KafkaError, ValueError) as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""A project's configuration, read as ``kedro run --env <env>`` reads it."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from kedro.config import MissingConfigException
+
+
+def project_config(env: str) -> dict[str, Any]:
+    """The ``globals``, ``credentials`` and ``spark`` settings of ``conf/<env>``.
+
+    Read as ``kedro run --env <env>`` reads them: with the project's
+    ``settings.py`` (its resolvers included) and ``conf/base`` beneath.
+    """
+    # Imported here: importing Kedro's project module sets up its logging, and
+    # says so on stdout, which holds only the commands' results.
+    with contextlib.redirect_stdout(sys.stderr):
+        from kedro.framework.project import (  # noqa: PLC0415
+            settings as project_settings,
+        )
+        from kedro.framework.startup import bootstrap_project  # noqa: PLC0415
+
+    with warnings.catch_warnings():
+        # Kedro registers its resolvers with an API newer omegaconf deprecates.
+        warnings.simplefilter("ignore", UserWarning)
+        metadata = bootstrap_project(Path.cwd())
+        loader = project_settings.CONFIG_LOADER_CLASS(
+            conf_source=str(metadata.project_path / project_settings.CONF_SOURCE),
+            env=env,
+            **project_settings.CONFIG_LOADER_ARGS,
+        )
+        config: dict[str, Any] = {"package_name": metadata.package_name}
+        for key in ("globals", "credentials", "spark"):
+            try:
+                config[key] = loader[key] or {}
+            except MissingConfigException:  # e.g. an environment without secrets
+                config[key] = {}
+    return config
+
+
+def kafka_conf(env: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``kafka`` globals and the ``kafka`` credentials of ``conf/<env>``."""
+    config = project_config(env)
+    settings, credentials = (
+        config["globals"].get("kafka") or {},
+        config["credentials"].get("kafka") or {},
+    )
+    if not settings.get("bootstrap_servers"):
+        raise ValueError(f"conf/{env}/globals.yml sets no kafka.bootstrap_servers")
+    return settings, credentials
+
+
+def input_root(env: str) -> Path:
+    """Where ``conf/<env>`` reads landing files and the zone table from."""
+    root = str(project_config(env)["globals"].get("input_root", "data/01_raw"))
+    if "://" in root.removeprefix("file://"):
+        raise ValueError(
+            f"conf/{env} reads input from {root}: these tools write local folders "
+            "only; copy the files there with your storage's own tools"
+        )
+    return Path(root.removeprefix("file://"))

@@ -1,0 +1,146 @@
+"""parse_records: any record stream typed by a schema, every problem named."""
+
+import json
+from datetime import datetime
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+
+from kedro_streaming import check_expectations, parse_records
+
+READING = "device STRING NOT NULL, at TIMESTAMP, temperature_c DOUBLE, ok BOOLEAN"
+READING_FIELDS = ["device", "at", "temperature_c", "ok"]
+PROVENANCE = [
+    "source_file",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+]
+
+
+def lines(spark, *values):
+    """Text lines, as a text file source gives them."""
+    return spark.createDataFrame([(value,) for value in values], "value STRING")
+
+
+def fields_and_problems(frame, fields=READING_FIELDS):
+    return [(*[row[name] for name in fields], row.problems) for row in frame.collect()]
+
+
+def test_json_lines_are_typed_and_each_problem_named_per_field(spark):
+    good = {"device": "d1", "at": "2026-11-26T10:00:00", "temperature_c": 21.5}
+    parsed = parse_records(
+        lines(
+            spark,
+            json.dumps({**good, "ok": True}),
+            # Epoch milliseconds, an integer as a float, text padded: all typed.
+            json.dumps({"device": " d2 ", "at": 1795687200000, "temperature_c": 20}),
+            json.dumps({**good, "temperature_c": "warm", "at": "yesterday"}),
+            json.dumps({"at": "2026-11-26T10:00:00", "temperature_c": 1.0}),
+            '["not", "an", "object"]',
+            "",
+        ),
+        READING,
+    )
+
+    assert parsed.columns == [*READING_FIELDS, "raw_payload", "problems", *PROVENANCE]
+    assert fields_and_problems(parsed) == [
+        ("d1", datetime(2026, 11, 26, 10), 21.5, True, None),
+        ("d2", datetime(2026, 11, 26, 10), 20.0, None, None),
+        ("d1", None, None, None, "invalid at; invalid temperature_c"),
+        (None, datetime(2026, 11, 26, 10), 1.0, None, "missing device"),
+        (None, None, None, None, "not a valid record"),
+        (None, None, None, None, "empty record"),
+    ]
+    assert parsed.collect()[2].raw_payload == json.dumps(
+        {**good, "temperature_c": "warm", "at": "yesterday"}
+    )
+
+
+def test_a_schema_that_does_not_fit_names_the_field_in_every_record(spark):
+    """`temperature_c INT` for readings like 21.5: each record is quarantined
+    for that field, not as "not a valid record"; whole numbers still fit."""
+    parsed = parse_records(
+        lines(
+            spark,
+            '{"device": "d1", "temperature_c": 21.5}',
+            '{"device": "d2", "temperature_c": 21}',
+        ),
+        "device STRING, temperature_c INT",
+    )
+    assert fields_and_problems(parsed, ["device", "temperature_c"]) == [
+        ("d1", None, "invalid temperature_c"),
+        ("d2", 21, None),
+    ]
+
+
+def test_kafka_values_keep_their_provenance_and_bytes_that_are_not_text(spark):
+    messages = spark.createDataFrame(
+        [
+            (b'{"id": 9007199254740993, "tags": ["a", "b"]}', "readings", 0, 7),
+            (b"\xff\xfe", "readings", 1, 3),
+            (None, "readings", 1, 4),
+        ],
+        "value BINARY, topic STRING, partition INT, offset LONG",
+    ).selectExpr("*", "TIMESTAMP'2026-11-26 10:00:00' AS timestamp")
+    parsed = parse_records(messages, "id BIGINT, tags ARRAY<STRING>")
+
+    rows = parsed.collect()
+    # A long beyond a double's precision stays exact.
+    assert [(r.id, r.tags, r.problems) for r in rows] == [
+        (9007199254740993, ["a", "b"], None),
+        (None, None, "not UTF-8 text (raw_payload is base64)"),
+        (None, None, "empty record"),
+    ]
+    assert [(r.kafka_topic, r.kafka_partition, r.kafka_offset) for r in rows] == [
+        ("readings", 0, 7),
+        ("readings", 1, 3),
+        ("readings", 1, 4),
+    ]
+    assert rows[1].raw_payload == "//4="
+    assert {r.source_file for r in rows} == {None}
+
+
+def test_csv_columns_are_typed_and_a_corrupt_line_named(spark):
+    rows = spark.createDataFrame(
+        [("d1", "2.0", None), ("d2", "x", None), (None, None, "d3;;;")],
+        "device STRING, count STRING, _corrupt_record STRING",
+    )
+    parsed = parse_records(rows, "device STRING, count INT")
+    assert fields_and_problems(parsed, ["device", "count"]) == [
+        ("d1", 2, None),
+        ("d2", None, "invalid count"),
+        (None, None, "not a valid record"),
+    ]
+    assert [r.raw_payload for r in parsed.collect()] == [
+        '{"device":"d1","count":"2.0"}',
+        '{"device":"d2","count":"x"}',
+        "d3;;;",
+    ]
+
+
+def test_bad_input_or_schema_is_refused_before_anything_runs(spark):
+    with pytest.raises(ValueError, match="neither a `value` column.*count"):
+        parse_records(spark.createDataFrame([("d1",)], "device STRING"), "count INT")
+    with pytest.raises(ValueError, match="DDL text or a StructType"):
+        parse_records(lines(spark, "{}"), {"device": "string"})
+    with pytest.raises(PySparkException):
+        parse_records(lines(spark, "{}"), "device STRNG")
+
+
+def test_expectations_on_parsed_records_name_where_a_failing_record_came_from(spark):
+    """check_expectations needs no origin: the provenance columns and raw
+    payload of parse_records are its default."""
+    parsed = parse_records(
+        lines(spark, '{"device": "d1", "temperature_c": 99}'),
+        "device STRING, temperature_c DOUBLE",
+    ).withColumn("source_file", F.lit("readings-1.json"))
+    rules = {"plausible": {"expect": "temperature_c < 60", "action": "fail"}}
+    with pytest.raises(PySparkException) as failure:
+        check_expectations(parsed, rules, problems="problems").collect()
+    assert (
+        "Expectation 'plausible' failed (action: fail) on file readings-1.json, "
+        'record {"device": "d1", "temperature_c": 99}'
+    ) in str(failure.value)

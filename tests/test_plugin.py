@@ -1,0 +1,31 @@
+"""kedro-streaming, the plugin every generated project installs: its own tests,
+run once here (not in every project), on the default Spark line."""
+
+from __future__ import annotations
+
+import sys
+
+from support import PLUGIN_ROOT, run
+
+
+def test_plugin_passes_ruff_and_its_own_tests(project_bin):
+    """The runtime's tests (datasets, checks, queries, metrics, the stream
+    harness) in the project's virtualenv, where pip built the plugin from this
+    repository as the project's requirements.txt names it."""
+    for command in (["format", "--check"], ["check"]):
+        run([sys.executable, "-m", "ruff", *command, "."], cwd=PLUGIN_ROOT)
+    installed = run(
+        [
+            project_bin / "python",
+            "-c",
+            "import kedro_streaming as k; print(k.__file__)",
+        ],
+        cwd=PLUGIN_ROOT.parent,
+    )
+    assert "site-packages" in installed.stdout  # the built plugin, not the source
+    result = run(
+        [project_bin / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=PLUGIN_ROOT,
+    )
+    assert " passed" in result.stdout and "failed" not in result.stdout
+    print(f"the plugin's tests: {result.seconds:.1f} s")
