@@ -1,9 +1,10 @@
-"""After the files are written: where kedro-streaming comes from, and the
-example data, so that `pip install -r requirements.txt` and `kedro run` work
-at once."""
+"""After the files are written: where kedro-streaming comes from, the files
+of the chosen example, and its data, so that `pip install -r requirements.txt`
+and `kedro run` work at once."""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,10 +53,59 @@ def write_plugin_requirement() -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+# The files of the taxi example, which a project made with `example: none`
+# does not have; .starter/none/ holds what it has instead.
+TAXI_ONLY = [
+    "src/{{ cookiecutter.python_package }}/pipelines/ingest",
+    "src/{{ cookiecutter.python_package }}/pipelines/aggregate",
+    "src/{{ cookiecutter.python_package }}/pipelines/live",
+    "src/{{ cookiecutter.python_package }}/pipelines/publish",
+    "src/{{ cookiecutter.python_package }}/pipelines/realtime",
+    "tests/pipelines/ingest",
+    "tests/pipelines/aggregate",
+    "tests/pipelines/realtime",
+    "tests/test_run.py",
+    "tools",
+    "conf/base/schemas",
+    "conf/kafka/catalog.yml",
+    "conf/kafka/globals.yml",
+    "conf/delta/catalog.yml",
+    "docker-compose.yml",
+    "docs/expectations.md",
+    "docs/streams.md",
+    "docs/kafka.md",
+    "docs/realtime.md",
+    "docs/delta.md",
+    "docs/guarantees.md",
+    "docs/configuration.md",
+    "docs/testing.md",
+]
+
+
+def without_the_taxi_example() -> None:
+    for relative in TAXI_ONLY:
+        path = Path(relative)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    overlay = Path(".starter/none")
+    for source in sorted(overlay.rglob("*")):
+        if source.is_file():
+            target = source.relative_to(overlay)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(source, target)
+
+
+EXAMPLE = "{{ cookiecutter.example }}"
+
 write_plugin_requirement()
+if EXAMPLE == "none":
+    without_the_taxi_example()
+shutil.rmtree(".starter")
 
-sys.path.insert(0, str(Path.cwd()))  # the project root, which holds tools/
+if EXAMPLE == "taxi":
+    sys.path.insert(0, str(Path.cwd()))  # the project root, which holds tools/
+    from tools import trips
 
-from tools import trips  # noqa: E402
-
-trips.init()
+    trips.init()

@@ -19,3 +19,10 @@ if found is None or found[1] not in SUPPORTED_LINES:
         "your platform runs. Spark 4.3 comes once a Delta Lake release is built "
         "for it."
     )
+
+example = "{{ cookiecutter.example }}"
+if example not in ("taxi", "none"):
+    sys.exit(
+        f"example '{example}' is not one of taxi (the NYC-taxi example) or none "
+        "(one small pipeline to make your own)"
+    )

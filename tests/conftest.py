@@ -111,14 +111,20 @@ def project_tool(generated_project):
 
 
 @pytest.fixture(scope="session")
-def broker_tool():
-    """The plugin's broker module, imported from this repository's source: it
-    needs Kafka's client only, not the PySpark of a project's venv."""
+def plugin_tool():
+    """Imports a module of the plugin's development tools (``broker``,
+    ``kafka``) from this repository's source: they need Kafka's client only,
+    not the PySpark of a project's venv."""
     sys.path.insert(0, str(PLUGIN_SOURCE))
     try:
-        yield importlib.import_module("kedro_streaming.devtools.broker")
+        yield lambda name: importlib.import_module(f"kedro_streaming.devtools.{name}")
     finally:
         sys.path.remove(str(PLUGIN_SOURCE))
+
+
+@pytest.fixture(scope="session")
+def broker_tool(plugin_tool):
+    return plugin_tool("broker")
 
 
 @pytest.fixture(scope="session")

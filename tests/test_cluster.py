@@ -119,7 +119,7 @@ from pyspark.sql import functions as F
 bootstrap_project(Path.cwd())
 with KedroSession.create(env="cluster") as session:
     session.load_context()
-    from {PACKAGE}.streaming import spark_session
+    from kedro_streaming import spark_session
 
     def where(_):
         import os

@@ -63,7 +63,7 @@ DELTA_KAFKA_PIPELINES = "ingest,aggregate,live,publish"
 KILLED_AFTER_MERGE = """
 import os, signal, sys
 from kedro.framework.cli import main
-from taxi_rides.streaming import dataset
+from kedro_streaming import dataset
 
 def upsert_batches(path, keys, checkpoint):
     upsert = real_upsert_batches(path, keys, checkpoint)

@@ -41,8 +41,13 @@ STRETCH = 60.0
 DASHBOARD = "monitoring/grafana/dashboards/kedro-streams.json"
 
 
-def test_each_alert_fires_when_its_condition_is_provoked_and_none_otherwise(
-    fresh_project, project_bin, broker_log_on_failure, project_tool, tmp_path
+def test_each_alert_fires_when_its_condition_is_provoked_and_none_otherwise(  # noqa: PLR0917 (fixtures)
+    fresh_project,
+    project_bin,
+    broker_log_on_failure,
+    project_tool,
+    plugin_tool,
+    tmp_path,
 ):
     """A continuous `kedro run --env kafka --pipelines ingest` of real TLC
     trips, scraped every second through five phases: healthy; one message in
@@ -50,7 +55,11 @@ def test_each_alert_fires_when_its_condition_is_provoked_and_none_otherwise(
     faster than the query may read them (maxOffsetsPerTrigger 200 at a
     1-second trigger); healthy again."""
     scraper, phases = run_through_phases(
-        fresh_project, project_bin, broker_log_on_failure, project_tool("trips")
+        fresh_project,
+        project_bin,
+        broker_log_on_failure,
+        project_tool("trips"),
+        plugin_tool("kafka"),
     )
     samples = scraper.samples(step=STRETCH)
     rules = load_rules(fresh_project / "monitoring/alerts.yml")
@@ -127,13 +136,13 @@ def print_timeline(phases: dict[str, tuple[int, int]], states: dict) -> None:
 
 
 def run_through_phases(
-    project: Path, project_bin: Path, broker, trips_tool
+    project: Path, project_bin: Path, broker, trips_tool, kafka_tool
 ) -> tuple[Scraper, dict[str, tuple[int, int]]]:
     """Runs the phases, scraping; returns the scrapes and each phase's span
     of scrape indices."""
     servers = broker.bootstrap_servers
     topic, _ = point_at_broker(project, servers, chunk=200)
-    trips_tool.ensure_topic(servers, topic, 2)
+    kafka_tool.ensure_topic(servers, topic, 2)
     real = list(
         trips_tool.file_messages(SHARED_DATA / "green_tripdata_2021-01_head.csv")
     )
@@ -147,7 +156,7 @@ def run_through_phases(
             bad[i % len(bad)] if bad_every and i % bad_every == 0 else next(rows)
             for i in range(count)
         )
-        trips_tool.send(messages, servers, topic, rate=rate)
+        kafka_tool.send(messages, servers, topic, rate=rate, key=trips_tool.message_key)
 
     port = free_port()
     log_path = project / "monitored.log"

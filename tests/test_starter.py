@@ -238,7 +238,7 @@ def test_real_tlc_rows_and_zone_lookup(fresh_project, project_bin, project_tool)
     (tlc_env / "catalog.yml").write_text(
         f"""
 raw_trips:
-  type: {PACKAGE}.streaming.SparkStreamingDataset
+  type: kedro_streaming.SparkStreamingDataset
   filepath: data/01_raw/tlc_csv
   file_format: csv
   load_args:
@@ -433,7 +433,7 @@ def test_failed_query_fails_the_run_with_its_name(fresh_project, project_bin):
     (broken / "catalog.yml").write_text(
         f"""
 bronze_trips:
-  type: {PACKAGE}.streaming.SparkStreamingDataset
+  type: kedro_streaming.SparkStreamingDataset
   filepath: data/02_intermediate/bronze_trips
   file_format: parquet
   save_args:

@@ -165,7 +165,7 @@ def test_validate_names_each_broken_query_and_writes_nothing(
     broken.mkdir()
     (broken / "catalog.yml").write_text(
         "hourly_borough_summary:\n"
-        "  type: taxi_rides.streaming.SparkStreamingDataset\n"
+        "  type: kedro_streaming.SparkStreamingDataset\n"
         "  filepath: data/08_reporting/hourly_borough_summary\n"
         "  file_format: parquet\n"
         "  save_args:\n"

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from kafka.errors import KafkaError
+from kedro_streaming.devtools import kafka
 from kedro_streaming.devtools.config import input_root, kafka_conf
 
 from tools import trips
@@ -44,11 +45,11 @@ def run_trips(args: argparse.Namespace) -> int:
     settings, credentials = kafka_conf(args.env)
     servers, security = (
         settings["bootstrap_servers"],
-        trips.client_security(credentials),
+        kafka.client_security(credentials),
     )
     if args.command == "watch":
         topic = args.topic or settings["summary_topic"]
-        seen = trips.watch(servers, topic, args.idle_seconds, **security)
+        seen = kafka.watch(servers, topic, args.idle_seconds, **security)
         sys.stderr.write(f"{seen} messages on {topic}\n")
         return 0
     topic, started = args.topic or settings["trips_topic"], time.monotonic()
@@ -58,10 +59,11 @@ def run_trips(args: argparse.Namespace) -> int:
         messages = trips.file_messages(args.source)
     else:
         messages = trips.bundled_messages(args.files)
-    sent = trips.send(
+    sent = kafka.send(
         messages,
         servers,
         topic,
+        key=trips.message_key,
         rate=args.rate,
         count=args.count,
         partitions=args.partitions,

@@ -21,12 +21,10 @@ import csv
 import json
 import os
 import random
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 # Their names under the environment's input_root (conf/<env>/globals.yml).
 LANDING_FOLDER = "trips_landing"
@@ -360,119 +358,3 @@ def message_key(line: str) -> bytes | None:
     except (ValueError, AttributeError):
         return None
     return None if location is None else str(location).encode()
-
-
-def client_security(credentials: dict[str, Any] | None) -> dict[str, str]:
-    """kafka-python settings from a Kafka entry of credentials.yml.
-
-    The entry is what the project's Kafka datasets take: ``security_protocol``,
-    ``sasl_mechanism``, ``username`` and ``password``.
-    """
-    credentials = credentials or {}
-    settings = {}
-    if credentials.get("security_protocol"):
-        settings["security_protocol"] = credentials["security_protocol"]
-    if credentials.get("username"):
-        settings["sasl_mechanism"] = credentials.get("sasl_mechanism") or "PLAIN"
-        settings["sasl_plain_username"] = credentials["username"]
-        settings["sasl_plain_password"] = credentials.get("password") or ""
-    return settings
-
-
-def ensure_topic(
-    bootstrap_servers: str, topic: str, partitions: int, **security
-) -> None:
-    """Creates ``topic`` unless it exists."""
-    from kafka.admin import KafkaAdminClient, NewTopic  # noqa: PLC0415 - see send
-    from kafka.errors import TopicAlreadyExistsError  # noqa: PLC0415
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **security)
-    try:
-        if topic not in admin.list_topics():
-            admin.create_topics([NewTopic(topic, partitions, replication_factor=1)])
-            sys.stderr.write(f"Created topic {topic} with {partitions} partitions.\n")
-    except TopicAlreadyExistsError:
-        pass
-    finally:
-        admin.close()
-
-
-def send(
-    messages: Iterator[str],
-    bootstrap_servers: str,
-    topic: str,
-    *,
-    rate: float = 0.0,
-    count: int | None = None,
-    partitions: int = 2,
-    **security,
-) -> int:
-    """Sends messages to ``topic``; returns how many were acknowledged.
-
-    Args:
-        messages: JSON lines to send.
-        bootstrap_servers: The broker list, ``host:port[,host:port]``.
-        topic: Created with ``partitions`` partitions if missing.
-        rate: Messages per second; 0 sends as fast as possible.
-        count: Stop after this many messages.
-        partitions: Partitions of a topic this call creates.
-        **security: kafka-python security settings.
-    """
-    # Imported here: landing files must work before kafka-python is installed.
-    from kafka import KafkaProducer  # noqa: PLC0415
-
-    ensure_topic(bootstrap_servers, topic, partitions, **security)
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap_servers, acks="all", linger_ms=20, **security
-    )
-    started, sent = time.monotonic(), 0
-    futures = []
-    try:
-        for line in messages:
-            if count is not None and sent >= count:
-                break
-            futures.append(
-                producer.send(topic, key=message_key(line), value=line.encode())
-            )
-            sent += 1
-            if rate > 0:
-                # Pace against the start, so that slow sends do not add up.
-                delay = started + sent / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-        producer.flush()
-    finally:
-        producer.close()
-    acknowledged = sum(1 for future in futures if future.succeeded())
-    if acknowledged != sent:
-        raise RuntimeError(f"Only {acknowledged} of {sent} messages were acknowledged.")
-    return acknowledged
-
-
-def watch(bootstrap_servers: str, topic: str, idle_seconds: float, **security) -> int:
-    """Prints every message of ``topic`` from the start; returns how many.
-
-    Stops after ``idle_seconds`` without a new message (0: never).
-    """
-    from kafka import KafkaConsumer  # noqa: PLC0415
-
-    consumer = KafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap_servers,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        consumer_timeout_ms=int(idle_seconds * 1000)
-        if idle_seconds > 0
-        else float("inf"),
-        **security,
-    )
-    seen = 0
-    try:
-        for message in consumer:
-            key = message.key.decode() if message.key else ""
-            sys.stdout.write(f"{key}\t{message.value.decode(errors='replace')}\n")
-            sys.stdout.flush()
-            seen += 1
-    finally:
-        consumer.close()
-    return seen

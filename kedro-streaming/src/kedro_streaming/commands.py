@@ -1,6 +1,6 @@
 """``kedro streams status | validate | reset | optimize | vacuum``: operate the
 project's streams and their tables; ``kedro streams broker | cluster | connect
-| submit``: development services on this machine.
+| submit | send | watch``: development services on this machine.
 
 Kedro finds ``commands`` through the ``kedro.project_commands`` entry point of
 this distribution, in every project that installs it. Each command takes
@@ -511,5 +511,7 @@ for _name, _help in (
     ("cluster", "A local Spark standalone cluster: start | stop | status."),
     ("connect", "A local Spark Connect server: start | stop | status."),
     ("submit", "spark-submit the packaged project (`kedro package` first)."),
+    ("send", "Send JSON lines (a file, or - for stdin) to a Kafka topic."),
+    ("watch", "Print a Kafka topic's messages, from the start."),
 ):
     _service(_name, _help)

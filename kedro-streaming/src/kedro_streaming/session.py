@@ -232,16 +232,22 @@ def _log_settings_the_server_keeps(
 
 
 def _send_project_code(spark: SparkSession) -> None:
-    """Sends the project's package to the executors, for its Python UDFs.
+    """Sends the project's package, and this runtime, to the executors, for
+    the Python functions they run (UDFs, and what pickles refer to).
 
-    Executors on other machines (or a Connect server) do not have this
-    process's source folder. The package goes as a zip: the archive it was
-    imported from (``spark-submit --py-files`` of a wheel, which Spark itself
-    puts on the driver's path only), else its folder zipped.
+    Executors on other machines (or a Connect server) have neither this
+    process's source folder nor its site-packages.
     """
-    name = kedro_project.PACKAGE_NAME
-    if not name:  # not in a Kedro project, e.g. a notebook without one
+    if not kedro_project.PACKAGE_NAME:  # not in a Kedro project, e.g. a notebook
         return
+    for name in (kedro_project.PACKAGE_NAME, __package__):
+        _send_package(spark, name)
+
+
+def _send_package(spark: SparkSession, name: str) -> None:
+    """Sends one package as a zip: the archive it was imported from
+    (``spark-submit --py-files``, which Spark itself puts on the driver's path
+    only), else its folder zipped."""
     package = importlib.import_module(name)
     folder = Path(tempfile.mkdtemp(prefix="project-code-"))
     archive = folder / f"{name}.zip"

@@ -4,6 +4,8 @@
     kedro streams cluster start|stop|status
     kedro streams connect start|stop|status
     kedro streams submit [--env cluster] [-- <kedro run options>]
+    kedro streams send --topic T [--key FIELD] FILE|-   # JSON lines to Kafka
+    kedro streams watch --topic T                       # a topic's messages
 
 (``python -m kedro_streaming.devtools ...`` is the same, without Kedro's CLI.)
 
@@ -22,13 +24,58 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from kafka.errors import KafkaError
 
-from . import broker, spark
+from . import broker, kafka, spark
 from .config import kafka_conf, project_config
 from .processes import say
+
+
+def run_send(args: argparse.Namespace) -> int:
+    servers, security = _kafka_client(args)
+    lines = sys.stdin if str(args.file) == "-" else args.file.open(encoding="utf-8")
+    with lines:
+        messages = (line.rstrip("\r\n") for line in lines if line.strip())
+        started = time.monotonic()
+        sent = kafka.send(
+            messages,
+            servers,
+            args.topic,
+            rate=args.rate,
+            partitions=args.partitions,
+            key=kafka.json_field(args.key) if args.key else None,
+            **security,
+        )
+    say(
+        f"Sent {sent} messages to {args.topic} at {servers} "
+        f"in {time.monotonic() - started:.1f} s"
+    )
+    return 0
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    servers, security = _kafka_client(args)
+    seen = kafka.watch(servers, args.topic, args.idle_seconds, **security)
+    say(f"{seen} messages on {args.topic}", file=sys.stderr)
+    return 0
+
+
+def _kafka_client(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    """The broker list (``--bootstrap-servers``, else ``kafka.bootstrap_servers``
+    of ``conf/<env>/globals.yml``) and the ``kafka`` entry of its credentials."""
+    config = project_config(args.env)
+    servers = args.bootstrap_servers or (config["globals"].get("kafka") or {}).get(
+        "bootstrap_servers"
+    )
+    if not servers:
+        raise ValueError(
+            f"no broker: give --bootstrap-servers, or set kafka.bootstrap_servers "
+            f"in conf/{args.env}/globals.yml"
+        )
+    return servers, kafka.client_security(config["credentials"].get("kafka"))
 
 
 def run_broker(args: argparse.Namespace) -> int:
@@ -218,6 +265,7 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--data-dir", type=Path, default=broker.DATA_DIR)
     start.add_argument("--env", default="kafka", help="conf/<env> (default kafka)")
 
+    add_kafka_commands(tools)
     add_spark_commands(tools)
     return main
 
@@ -232,6 +280,31 @@ def _start_stop_status(tool, start_help: str) -> argparse.ArgumentParser:
         command.add_argument("--data-dir", type=Path, default=spark.DATA_DIR)
     stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
     return start
+
+
+def add_kafka_commands(tools) -> None:
+    """``send`` and ``watch``: any records to and from a topic."""
+    send = tools.add_parser("send", help="send JSON lines (a file, or - for stdin)")
+    send.set_defaults(run=run_send)
+    send.add_argument("file", type=Path, help="one message per line; - reads stdin")
+    send.add_argument("--key", help="key each message by this field of its JSON")
+    send.add_argument("--rate", type=float, default=0.0, help="messages per second")
+    send.add_argument(
+        "--partitions", type=int, default=2, help="partitions of a new topic"
+    )
+    watch = tools.add_parser("watch", help="print a topic's messages (key, value)")
+    watch.set_defaults(run=run_watch)
+    watch.add_argument(
+        "--idle-seconds", type=float, default=0.0, help="stop after this long idle"
+    )
+    for command in (send, watch):
+        command.add_argument("--topic", required=True)
+        command.add_argument(
+            "--bootstrap-servers", help="default: kafka.bootstrap_servers of --env"
+        )
+        command.add_argument(
+            "--env", default="local", help="conf/<env> for the broker and credentials"
+        )
 
 
 def add_spark_commands(tools) -> None:

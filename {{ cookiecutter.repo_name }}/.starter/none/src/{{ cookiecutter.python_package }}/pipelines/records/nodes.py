@@ -1,0 +1,25 @@
+"""The records pipeline's nodes: DataFrame in, DataFrame out, the same on
+batch and streaming input."""
+
+from typing import Any
+
+from kedro_streaming import check_expectations
+from pyspark.sql import DataFrame
+
+
+def check_records(
+    parsed_records: DataFrame, record_expectations: dict[str, Any]
+) -> DataFrame:
+    """Checks each parsed record against the declared expectations.
+
+    A record that did not parse is rejected with its problems; every other
+    one is checked against ``record_expectations``
+    (``conf/base/parameters_expectations.yml``). Nothing is dropped: a
+    rejected record stays, with its ``rejection_reason`` and raw payload.
+    """
+    return check_expectations(
+        parsed_records,
+        record_expectations,
+        declared_in="record_expectations, conf/base/parameters_expectations.yml",
+        problems="problems",
+    )
