@@ -158,15 +158,19 @@ def generate_project(workdir: Path, **config: str) -> Path:
         workdir: Where the project folder is made.
         config: Further keys of the config file, e.g. ``spark_version``.
     """
+    # A config file answers every prompt of prompts.yml.
+    config = {
+        "project_name": PROJECT_NAME,
+        "spark_version": SPARK_VERSION,
+        "example": "taxi",
+        "output_dir": str(workdir),
+        **config,
+    }
     path = workdir / "config.yml"
-    path.write_text(
-        yaml.safe_dump(
-            {"project_name": PROJECT_NAME, "output_dir": str(workdir), **config}
-        )
-    )
+    path.write_text(yaml.safe_dump(config))
     kedro_new = [sys.executable, "-m", "kedro", "new", "--starter", str(STARTER_ROOT)]
     run([*kedro_new, "--config", str(path), "--telemetry", "no"], cwd=workdir)
-    return workdir / "taxi-rides"
+    return workdir / config["project_name"].lower().replace(" ", "-")
 
 
 def install_project(project: Path, env_dir: Path) -> Path:

@@ -170,6 +170,7 @@ def test_a_spark_line_without_its_packages_is_refused_when_the_project_is_made(
                 "project_name": "Too New",
                 "output_dir": str(tmp_path),
                 "spark_version": "4.3.0",
+                "example": "taxi",
             }
         )
     )

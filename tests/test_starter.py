@@ -26,7 +26,6 @@ from reference import (
 from support import (
     AS_SHIPPED,
     FILE_BY_FILE,
-    PACKAGE,
     PLUGIN_VERSION,
     SHARED_DATA,
     STARTER_ROOT,
@@ -309,8 +308,9 @@ def test_kedro_new_from_git_url_interactively(tmp_path):
     assert refused.returncode != 0
     assert "alphanumeric" in refused.stdout + refused.stderr
 
+    # The name, then Enter for the defaults: the newest Spark line, the taxi example.
     created = run(
-        kedro_new, cwd=tmp_path, input="My Stream Lab\n", timeout=300, check=False
+        kedro_new, cwd=tmp_path, input="My Stream Lab\n\n\n", timeout=300, check=False
     )
     assert created.returncode == 0, created.stdout + created.stderr
     project = tmp_path / "my-stream-lab"
@@ -431,7 +431,7 @@ def test_failed_query_fails_the_run_with_its_name(fresh_project, project_bin):
     broken = fresh_project / "conf/broken"
     broken.mkdir()
     (broken / "catalog.yml").write_text(
-        f"""
+        """
 bronze_trips:
   type: kedro_streaming.SparkStreamingDataset
   filepath: data/02_intermediate/bronze_trips

@@ -24,7 +24,9 @@ def test_records_are_typed_checked_and_none_is_lost(stream_test):
         streams={"raw_records": "value STRING"},
         static={"params:record_schema": SCHEMA, "params:record_expectations": RULES},
     )
-    first = records.step(raw_records=[reading(temperature_c=21.5), reading(temperature_c=99)])
+    first = records.step(
+        raw_records=[reading(temperature_c=21.5), reading(temperature_c=99)]
+    )
     second = records.step(raw_records=[reading(temperature_c="warm"), ("{oops",)])
 
     checked = first["checked_records"]
