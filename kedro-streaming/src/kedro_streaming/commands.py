@@ -19,7 +19,6 @@ from typing import Any
 
 import click
 import fsspec
-from kedro.config import MissingConfigException
 from kedro.framework.cli.utils import env_option, split_string
 from kedro.framework.project import pipelines as registered_pipelines
 from kedro.framework.session import KedroSession
@@ -39,7 +38,7 @@ from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError
 from .progress import describe_expectations
 from .session import spark_session
-from .state import StreamState
+from .state import StreamState, streaming_settings
 
 pipelines_option = click.option(
     "--pipelines",
@@ -84,10 +83,7 @@ class _Project:
 def _open(metadata, env: str | None, names: list[str]) -> _Project:
     session = KedroSession.create(project_path=metadata.project_path, env=env)
     context = session.load_context()
-    try:
-        settings = dict(context.config_loader["streaming"])
-    except MissingConfigException:
-        settings = {}
+    settings = streaming_settings(context.config_loader)
     selected = names or ["__default__"]
     unknown = [name for name in selected if name not in registered_pipelines]
     if unknown:

@@ -18,7 +18,6 @@ import time
 from collections import Counter
 from typing import Any
 
-from kedro.config import MissingConfigException
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.io import DataCatalog
@@ -38,7 +37,7 @@ from .errors import StreamingConfigError, StreamingQueryFailed
 from .metrics import StreamMetrics
 from .progress import ProgressLog, describe_expectations
 from .session import spark_session
-from .state import StreamState
+from .state import StreamState, streaming_settings
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +63,12 @@ class StreamingQueryHooks:
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        try:
-            self._settings = dict(context.config_loader["streaming"])
-        except MissingConfigException:  # no streaming.yml: the defaults
-            self._settings = {}
+        self._settings = streaming_settings(context.config_loader)
+        # The progress lines are INFO: shown unless the project's logging
+        # configuration sets this package's level (Kedro's default sets none).
+        runtime_logger = logging.getLogger(__package__)
+        if runtime_logger.level == logging.NOTSET:
+            runtime_logger.setLevel(logging.INFO)
 
     @hook_impl
     def before_pipeline_run(

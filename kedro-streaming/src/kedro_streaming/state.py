@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kedro.config import MissingConfigException
+
 from .errors import StreamingConfigError
 from .metrics import kafka_lag
 
@@ -195,3 +197,31 @@ def batch_record(
             for source in report.get("sources", [])
         ],
     }
+
+
+# The settings of streaming.yml, each also a `kedro run --params` name.
+SETTING_NAMES = (
+    "trigger",
+    "trigger_interval",
+    "metrics_address",
+    "metrics_port",
+    "metrics_serve_after_failure",
+    "kafka_connect_timeout",
+    "state_dir",
+    "progress_log_max_bytes",
+)
+
+
+def streaming_settings(config_loader: Any) -> dict[str, Any]:
+    """``streaming.yml`` of the run's environment, and the run's ``--params``
+    for each setting it does not set (a project without the file takes
+    ``--params trigger=available_now`` all the same)."""
+    try:
+        settings = dict(config_loader["streaming"])
+    except MissingConfigException:
+        settings = {}
+    runtime = getattr(config_loader, "runtime_params", None) or {}
+    for name in SETTING_NAMES:
+        if name not in settings and name in runtime:
+            settings[name] = runtime[name]
+    return settings
