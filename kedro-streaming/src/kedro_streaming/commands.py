@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -499,7 +500,17 @@ def _service(name: str, help_text: str) -> None:
     def service(arguments: tuple[str, ...]) -> None:
         from .devtools.cli import main  # noqa: PLC0415 (only when asked for)
 
-        raise SystemExit(main([name, *arguments]))
+        raise SystemExit(main([name, *_as_typed(name, arguments)]))
+
+
+def _as_typed(name: str, arguments: tuple[str, ...]) -> list[str]:
+    """The arguments as typed after ``kedro streams <name>``: Click drops a
+    ``--``, which ``submit`` needs before the options it hands `kedro run`."""
+    argv = sys.argv
+    for at in range(len(argv) - 1):
+        if argv[at] == "streams" and argv[at + 1] == name:
+            return argv[at + 2 :]
+    return list(arguments)
 
 
 for _name, _help in (

@@ -276,10 +276,8 @@ def _typed(text: Column, kind: T.DataType) -> Column:
         # Files often carry integer codes as floats ("1.0") where values are
         # missing; a long beyond a double's precision is cast directly.
         as_double = text.try_cast("double")
-        return F.coalesce(
-            text.try_cast(kind),
-            F.when(as_double == F.floor(as_double), as_double.try_cast(kind)),
-        )
+        whole = F.when(as_double == F.floor(as_double), as_double.try_cast(kind))
+        return F.coalesce(text.try_cast(kind), whole) if kind == T.LongType() else whole
     if isinstance(kind, T.StringType):
         text = F.trim(text)
         return F.when(text != "", text)
