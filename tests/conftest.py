@@ -100,14 +100,19 @@ def fresh_project(generated_project, tmp_path) -> Path:
     return copy
 
 
+def modules_below(folder: Path, package: str):
+    """Yields an importer of ``package``'s modules, with ``folder`` on the path."""
+    sys.path.insert(0, str(folder))
+    try:
+        yield lambda name: importlib.import_module(f"{package}.{name}")
+    finally:
+        sys.path.remove(str(folder))
+
+
 @pytest.fixture(scope="session")
 def project_tool(generated_project):
     """Imports a module of the generated project's `tools`: ``trips``."""
-    sys.path.insert(0, str(generated_project))
-    try:
-        yield lambda name: importlib.import_module(f"tools.{name}")
-    finally:
-        sys.path.remove(str(generated_project))
+    yield from modules_below(generated_project, "tools")
 
 
 @pytest.fixture(scope="session")
@@ -115,11 +120,7 @@ def plugin_tool():
     """Imports a module of the plugin's development tools (``broker``,
     ``kafka``) from this repository's source: they need Kafka's client only,
     not the PySpark of a project's venv."""
-    sys.path.insert(0, str(PLUGIN_SOURCE))
-    try:
-        yield lambda name: importlib.import_module(f"kedro_streaming.devtools.{name}")
-    finally:
-        sys.path.remove(str(PLUGIN_SOURCE))
+    yield from modules_below(PLUGIN_SOURCE, "kedro_streaming.devtools")
 
 
 @pytest.fixture(scope="session")

@@ -173,6 +173,25 @@ def generate_project(workdir: Path, **config: str) -> Path:
     return workdir / config["project_name"].lower().replace(" ", "-")
 
 
+def assert_tidy_home(project: Path, project_bin: Path) -> None:
+    """ruff-clean, no template left, and a README that is a home page: short,
+    its examples tests of the project's, every link of it and docs/ alive."""
+    for path in project.rglob("*"):
+        assert "cookiecutter" not in path.name
+        if path.suffix in {".py", ".yml", ".toml", ".md", ".txt"}:
+            assert "cookiecutter." not in path.read_text(), path
+    run([project_bin / "ruff", "format", "--check", "."], cwd=project)
+    run([project_bin / "ruff", "check", "."], cwd=project)
+    readme = (project / "README.md").read_text()
+    assert len(readme.splitlines()) < 250
+    tests = "".join(path.read_text() for path in project.glob("tests/**/test_*.py"))
+    examples = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+    assert examples and all(example in tests for example in examples)
+    for page in [project / "README.md", *project.glob("docs/*.md")]:
+        for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text()):
+            assert (page.parent / target).exists(), (page.name, target)
+
+
 def install_project(project: Path, env_dir: Path) -> Path:
     """A fresh virtualenv with ``project`` installed, as its README says (the
     dev and connect extras too); returns its bin/ folder."""

@@ -24,6 +24,7 @@ from support import (
     AS_SHIPPED,
     PLUGIN_ROOT,
     PLUGIN_VERSION,
+    assert_tidy_home,
     generate_project,
     quiet_env,
     run,
@@ -130,16 +131,7 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
     lines = sum(len(p.read_text().splitlines()) for p in package.rglob("*.py"))
     print(f"example none: {lines} lines in src/")
 
-    run([project_bin / "ruff", "format", "--check", "."], cwd=project)
-    run([project_bin / "ruff", "check", "."], cwd=project)
-    readme = (project / "README.md").read_text()
-    assert len(readme.splitlines()) < 250
-    tests = "".join(p.read_text() for p in project.glob("tests/**/test_*.py"))
-    examples = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
-    assert examples and all(example in tests for example in examples)
-    for page in [project / "README.md", *project.glob("docs/*.md")]:
-        for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text()):
-            assert (page.parent / target).exists(), (page.name, target)
+    assert_tidy_home(project, project_bin)
 
     kedro = project_bin / "kedro"
     run([kedro, "streams", "validate"], cwd=project)

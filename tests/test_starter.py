@@ -32,6 +32,7 @@ from support import (
     Scraper,
     assert_expectation_counts,
     assert_matches_reference,
+    assert_tidy_home,
     example_reference,
     free_port,
     kedro_run,
@@ -47,21 +48,7 @@ def test_project_passes_ruff_and_its_own_tests(
 ):
     project = tmp_path / "project"
     shutil.copytree(generated_project, project)
-    for path in project.rglob("*"):
-        assert "cookiecutter" not in path.name
-        if path.suffix in {".py", ".yml", ".toml", ".md", ".txt"}:
-            assert "cookiecutter." not in path.read_text(), path
-    run([project_bin / "ruff", "format", "--check", "."], cwd=project)
-    run([project_bin / "ruff", "check", "."], cwd=project)
-    # A home page: short, its example a test of the project's, its links alive.
-    readme = (project / "README.md").read_text()
-    assert len(readme.splitlines()) < 250
-    tests = "".join(path.read_text() for path in project.glob("tests/**/test_*.py"))
-    examples = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
-    assert examples and all(example in tests for example in examples)
-    for page in [project / "README.md", *project.glob("docs/*.md")]:
-        for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text()):
-            assert (page.parent / target).exists(), (page.name, target)
+    assert_tidy_home(project, project_bin)
 
     result = run(
         [project_bin / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
