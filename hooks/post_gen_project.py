@@ -9,11 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-PLUGIN_FOLDER = "kedro-streaming"  # the plugin's distribution in the starter
+# The plugin's source in the starter; the starter's root is its distribution.
+PLUGIN_SOURCE = "kedro-streaming/src/kedro_streaming"
 
 
 def plugin_version(starter: Path) -> str:
-    init = starter / PLUGIN_FOLDER / "src" / "kedro_streaming" / "__init__.py"
+    init = starter / PLUGIN_SOURCE / "__init__.py"
     return re.search(r'__version__ = "([^"]+)"', init.read_text())[1]
 
 
@@ -30,11 +31,11 @@ def plugin_requirement(template: str, repo_dir: str, checkout: str) -> str:
                 text=True,
                 check=True,
             ).stdout.strip()
-        return f"kedro-streaming @ {url}@{ref}#subdirectory={PLUGIN_FOLDER}"
+        return f"kedro-streaming @ {url}@{ref}"
     # The hook runs in the new project's folder: a relative starter path is
     # relative to where `kedro new` was typed, which the shell keeps in PWD.
     starter = Path(os.environ.get("PWD", "."), repo_dir).resolve()
-    return f"kedro-streaming @ {(starter / PLUGIN_FOLDER).as_uri()}"
+    return f"kedro-streaming @ {starter.as_uri()}"
 
 
 def write_plugin_requirement() -> None:

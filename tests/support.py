@@ -51,7 +51,8 @@ SHARED_DATA = Path(
         "STARTER_REFERENCE_DATA", STARTER_ROOT.parent / "shared" / "reference-data"
     )
 )
-# kedro-streaming, the plugin every generated project installs.
+# kedro-streaming, the plugin every generated project installs: its source,
+# tests and docs; the repository's root is its distribution (pyproject.toml).
 PLUGIN_ROOT = STARTER_ROOT / "kedro-streaming"
 PLUGIN_SOURCE = PLUGIN_ROOT / "src"
 PLUGIN_VERSION = re.search(

@@ -24,6 +24,7 @@ from support import (
     AS_SHIPPED,
     PLUGIN_ROOT,
     PLUGIN_VERSION,
+    STARTER_ROOT,
     assert_tidy_home,
     generate_project,
     quiet_env,
@@ -143,11 +144,15 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
 
     # The plugin one minor up, built from a copy of this repository's.
     before = project_files(project)
-    bumped = tmp_path / "kedro-streaming"
+    bumped = tmp_path / "starter"
+    bumped.mkdir()
+    shutil.copy(STARTER_ROOT / "pyproject.toml", bumped)
     shutil.copytree(
-        PLUGIN_ROOT, bumped, ignore=shutil.ignore_patterns("build", "*.egg-info")
+        PLUGIN_ROOT,
+        bumped / PLUGIN_ROOT.name,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
     )
-    init = bumped / "src/kedro_streaming/__init__.py"
+    init = bumped / PLUGIN_ROOT.name / "src/kedro_streaming/__init__.py"
     major, minor, _ = PLUGIN_VERSION.split(".")
     new_version = f"{major}.{int(minor) + 1}.0"
     init.write_text(init.read_text().replace(f'"{PLUGIN_VERSION}"', f'"{new_version}"'))
@@ -178,7 +183,7 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
         )
         assert " passed" in own.stdout and "failed" not in own.stdout
     finally:
-        run([*pip, "--force-reinstall", PLUGIN_ROOT], cwd=tmp_path, timeout=300)
+        run([*pip, "--force-reinstall", STARTER_ROOT], cwd=tmp_path, timeout=300)
     (landing / "records-0001.json").unlink()
     # Not a file of the project changed (runs may add logs, not change files).
     after = project_files(project)

@@ -320,9 +320,7 @@ def test_kedro_new_from_git_url_interactively(tmp_path):
         for line in (project / "requirements.txt").read_text().splitlines()
         if line.startswith("kedro-streaming")
     )
-    assert requirement == (
-        f"kedro-streaming @ git+file://{repo}@{head}#subdirectory=kedro-streaming"
-    )
+    assert requirement == (f"kedro-streaming @ git+file://{repo}@{head}")
     wheels = tmp_path / "wheels"
     run(
         [

@@ -1,9 +1,8 @@
 import pytest
-from pyspark.errors import PySparkException
-from pyspark.sql import functions as F
-
 from kedro_streaming import StreamingConfigError, check_expectations
 from kedro_streaming.expectations import EXPECTATIONS_METRIC
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
 
 RULES = {
     "n_present": {"expect": "n IS NOT NULL", "action": "quarantine"},

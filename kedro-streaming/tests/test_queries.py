@@ -13,9 +13,6 @@ import pyspark
 import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
-from prometheus_client.parser import text_string_to_metric_families
-from pyspark.sql import functions as F
-
 from kedro_streaming import (
     SparkStreamingDataset,
     StreamingConfigError,
@@ -44,6 +41,8 @@ from kedro_streaming.session import (
     without_resolution,
 )
 from kedro_streaming.state import StreamState
+from prometheus_client.parser import text_string_to_metric_families
+from pyspark.sql import functions as F
 
 DATASET = "kedro_streaming.SparkStreamingDataset"
 SOURCE = {

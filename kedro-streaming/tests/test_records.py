@@ -4,10 +4,9 @@ import json
 from datetime import datetime
 
 import pytest
+from kedro_streaming import check_expectations, parse_records
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
-
-from kedro_streaming import check_expectations, parse_records
 
 READING = "device STRING NOT NULL, at TIMESTAMP, temperature_c DOUBLE, ok BOOLEAN"
 READING_FIELDS = ["device", "at", "temperature_c", "ok"]

@@ -3,7 +3,6 @@ import os
 import time
 
 import pytest
-
 from kedro_streaming.errors import StreamingConfigError
 from kedro_streaming.state import STALE_SECONDS, StreamState
 
