@@ -136,7 +136,9 @@ def bench_project(workdir: Path) -> tuple[Path, Path]:
     if not project.is_dir():
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "config.yml").write_text(
+            # Every answer of prompts.yml: the default Spark line, the example.
             f"project_name: Bench Project\noutput_dir: {workdir}\n"
+            "spark_version: 4.2.0\nexample: taxi\n"
         )
         subprocess.run(
             [

@@ -56,7 +56,10 @@ def main() -> None:
 
 def new_project(workdir: Path) -> tuple[Path, Path]:
     config = workdir / "config.yml"
-    config.write_text(f"project_name: Taxi Rides\noutput_dir: {workdir}\n")
+    config.write_text(
+        f"project_name: Taxi Rides\noutput_dir: {workdir}\n"
+        "spark_version: 4.2.0\nexample: taxi\n"
+    )
     subprocess.run(
         [sys.executable, "-m", "kedro", "new", "--starter", str(STARTER)]
         + ["--config", str(config), "--telemetry", "no"],

@@ -31,7 +31,10 @@ OUTPUT = STARTER / "{{ cookiecutter.repo_name }}" / "docs" / "progress-log.png"
 def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         config = Path(workdir) / "config.yml"
-        config.write_text(f"project_name: Taxi Rides\noutput_dir: {workdir}\n")
+        config.write_text(
+            f"project_name: Taxi Rides\noutput_dir: {workdir}\n"
+            "spark_version: 4.2.0\nexample: taxi\n"
+        )
         kedro = [sys.executable, "-m", "kedro"]
         env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
         subprocess.run(
