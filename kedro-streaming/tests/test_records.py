@@ -4,7 +4,7 @@ import json
 from datetime import datetime
 
 import pytest
-from kedro_streaming import check_expectations, parse_records
+from kedro_streaming import StreamingConfigError, check_expectations, parse_records
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
@@ -125,8 +125,13 @@ def test_bad_input_or_schema_is_refused_before_anything_runs(spark):
         parse_records(spark.createDataFrame([("d1",)], "device STRING"), "count INT")
     with pytest.raises(ValueError, match="DDL text or a StructType"):
         parse_records(lines(spark, "{}"), {"device": "string"})
-    with pytest.raises(PySparkException):
-        parse_records(lines(spark, "{}"), "device STRNG")
+    with pytest.raises(StreamingConfigError) as error:
+        parse_records(lines(spark, "{}"), "device STRNG, at DATETIME")
+    assert str(error.value).startswith(
+        "The record schema 'device STRNG, at DATETIME' is not Spark SQL DDL: "
+        '[UNSUPPORTED_DATATYPE] Unsupported data type "STRNG".'
+    )
+    assert "conf/base/parameters.yml" in str(error.value)
 
 
 def test_expectations_on_parsed_records_name_where_a_failing_record_came_from(spark):

@@ -120,7 +120,12 @@ class StreamingQueryHooks:
         if self._metrics is not None:
             self._metrics.started(dataset_name, query, self._triggers[dataset_name])
         self._state.heartbeat(list(self._queries), force=True)
-        logger.info("Started streaming query '%s' (id %s).", dataset_name, query.id)
+        logger.info(
+            "Started streaming query '%s' (id %s): %s.",
+            dataset_name,
+            query.id,
+            describe_trigger(self._triggers[dataset_name]),
+        )
 
     @hook_impl
     def before_dataset_loaded(self, dataset_name: str, node: Any) -> None:
@@ -305,3 +310,16 @@ class StreamingQueryHooks:
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)
         self._previous_handlers = {}
+
+
+def describe_trigger(trigger: dict[str, Any]) -> str:
+    """What a query's trigger means for the run, in words: the start line says
+    it, so that a bounded run that keeps going (a `--params` lost) shows why."""
+    kind, value = next(iter(trigger.items()))
+    if kind == "availableNow":
+        return "trigger availableNow, what is there and then it stops"
+    if kind == "processingTime":
+        return f"a micro-batch every {value}, until Ctrl-C or SIGTERM"
+    if kind == "realTime":
+        return f"Real-Time Mode, a checkpoint every {value}, until Ctrl-C or SIGTERM"
+    return f"trigger {kind}={value}"

@@ -16,9 +16,12 @@ with, in ``parameters.yml``::
 
 from __future__ import annotations
 
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+from .errors import StreamingConfigError
 
 CORRUPT_RECORD = "_corrupt_record"
 # Where each row came from: a file, or a Kafka message. There is no
@@ -151,7 +154,17 @@ def _struct(schema: str | T.StructType) -> T.StructType:
         raise ValueError(
             f"parse_records takes a schema as DDL text or a StructType, not {schema!r}"
         )
-    parsed = T._parse_datatype_string(schema)  # as spark.read.schema(...) does
+    try:
+        parsed = T._parse_datatype_string(schema)  # as spark.read.schema(...) does
+    except PySparkException as error:
+        # Spark's message has the type it does not know, and where, first.
+        reason = str(error).strip().splitlines()[0]
+        raise StreamingConfigError(
+            f"The record schema {schema!r} is not Spark SQL DDL: {reason}. Fix it "
+            "where it is declared (a parameter, e.g. in conf/base/parameters.yml); "
+            "types: STRING, INT, BIGINT, DOUBLE, DECIMAL(p,s), BOOLEAN, DATE, "
+            "TIMESTAMP, ARRAY<...>, MAP<...>, STRUCT<...>."
+        ) from None
     if not isinstance(parsed, T.StructType):
         raise ValueError(f"the schema {schema!r} is not a list of fields")
     return parsed
