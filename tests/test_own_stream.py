@@ -135,6 +135,8 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
     assert_tidy_home(project, project_bin)
 
     kedro = project_bin / "kedro"
+    validated = run([kedro, "streams", "validate"], cwd=project)
+    assert "query checked_records: ok" in validated.stdout
     run([kedro, "run", *AS_SHIPPED], cwd=project)
     landing = project / "data/01_raw/records_landing"
     shipped = (landing / "records-0000.json").read_text().splitlines()
