@@ -203,7 +203,7 @@ LINE_PROJECTS: dict[str, Future] = {}
 
 def make_line_project(workdir: Path, version: str) -> tuple[Path, Path]:
     """A project made for Spark ``version``, in a virtualenv of its own."""
-    project = generate_project(workdir / "project", spark_version=version)
+    project = generate_project(workdir, spark_version=version)
     return project, install_project(project, workdir / "venv")
 
 
