@@ -11,7 +11,6 @@ import shutil
 import sys
 import time
 import venv
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,36 +20,15 @@ import pytest
 pytest.register_assert_rewrite("support")
 
 from support import (  # noqa: E402
-    LINE_PROJECTS,
     PACKAGE,
     PLUGIN_SOURCE,
     SASL_PASSWORD,
     SASL_USER,
     generate_project,
     install_project,
-    make_line_project,
     run,
     tool_service,
 )
-
-
-@pytest.hookimpl(trylast=True)  # after -k and --deselect have chosen
-def pytest_collection_modifyitems(session, config, items) -> None:
-    """Starts making the other Spark lines' projects, if their test runs."""
-    versions = sorted(
-        {
-            item.callspec.params["line_project"]
-            for item in items
-            if "line_project" in getattr(getattr(item, "callspec", None), "params", {})
-        }
-    )
-    if not versions:
-        return
-    workers = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-lines")
-    for version in versions:
-        workdir = config._tmp_path_factory.mktemp(f"spark-{version}")
-        LINE_PROJECTS[version] = workers.submit(make_line_project, workdir, version)
-    workers.shutdown(wait=False)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,6 @@ import time
 import uuid
 import venv
 from collections import Counter
-from concurrent.futures import Future
 from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.request import urlopen
@@ -192,13 +191,6 @@ def assert_tidy_home(project: Path, project_bin: Path) -> None:
     for page in [project / "README.md", *project.glob("docs/*.md")]:
         for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text()):
             assert (page.parent / target).exists(), (page.name, target)
-
-
-# Projects of the other Spark lines, generated and installed in a thread from
-# the start of the session (conftest.py starts them when their test is
-# selected): pip's downloads overlap the first tests. Version -> Future of
-# (project, bin/).
-LINE_PROJECTS: dict[str, Future] = {}
 
 
 def make_line_project(workdir: Path, version: str) -> tuple[Path, Path]:

@@ -25,7 +25,6 @@ import yaml
 from reference import example_settings, expected_outputs, message_batches, zone_boroughs
 from support import (
     AS_SHIPPED,
-    LINE_PROJECTS,
     PLUGIN_ROOT,
     STARTER_ROOT,
     assert_each_message,
@@ -53,16 +52,11 @@ ONE_BATCH = 10_000
 
 @pytest.fixture(scope="module", params=OTHER_SPARK_VERSIONS)
 def line_project(request, tmp_path_factory):
-    """The line's project and its virtualenv's bin/: made in the background
-    since the session started (conftest.py), else now."""
+    """The line's project and its virtualenv's bin/."""
     version = request.param
-    made = LINE_PROJECTS.get(version)
-    if made is not None:
-        project, bin_dir = made.result(timeout=1800)
-    else:
-        project, bin_dir = make_line_project(
-            tmp_path_factory.mktemp(f"spark-{version}"), version
-        )
+    project, bin_dir = make_line_project(
+        tmp_path_factory.mktemp(f"spark-{version}"), version
+    )
     return version, project, bin_dir
 
 
