@@ -33,7 +33,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .console import quiet_resolver_deprecation
+
 __version__ = "0.1.0"
+
+quiet_resolver_deprecation()
 
 # Imported on first use: `kedro catalog`, `kedro viz` and the commands that
 # start no Spark do not pay for PySpark's import.

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import os
 import re
 from collections import Counter
 from contextlib import closing
+from pathlib import Path
 from typing import Any
 
+import fsspec
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Pipeline
 from pyspark.sql import SparkSession
 
 from .dataset import SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError
+from .options import INTERVAL_TRIGGERS, OptionNames, interval_problem, option_problems
 from .session import spark_location
 from .state import StreamState
+
+logger = logging.getLogger(__name__)
 
 TRIGGERS = ("processing_time", "available_now")
 # The first Spark with Real-Time Mode, and the first whose Real-Time Mode runs
@@ -254,6 +261,7 @@ def check_streams_have_sinks(
     catalog: DataCatalog,
     pipeline: Pipeline,
     streaming: dict[str, SparkStreamingDataset],
+    other_envs=dict,
 ) -> None:
     """Fails when a stream would end in no sink.
 
@@ -267,6 +275,16 @@ def check_streams_have_sinks(
         name for name in pipeline.outputs() & downstream if not _declared(catalog, name)
     )
     if lost:
+        envs = sorted(
+            env
+            for env, names in other_envs().items()
+            if all(name in names for name in lost)
+        )
+        where = (
+            " or ".join(f"`kedro run --env {env}`" for env in envs)
+            if envs
+            else "`kedro run --env <env>`"
+        )
         raise StreamingConfigError(
             "No sink for "
             + ", ".join(f"'{name}'" for name in lost)
@@ -274,7 +292,7 @@ def check_streams_have_sinks(
             + ("them" if len(lost) > 1 else "it")
             + ", so the stream would stay in memory and never run. Declare a "
             "streaming sink in conf/<env>/catalog.yml, or run with the environment "
-            "that declares one (`kedro run --env <env>`)."
+            f"that declares one ({where})."
         )
 
 
@@ -371,35 +389,28 @@ def check_kafka_reachable(
         ) from None
 
 
-def check_run(
-    spark: SparkSession,
+def check_before_spark(
     catalog: DataCatalog,
     pipeline: Pipeline,
     settings: dict[str, Any],
     state: StreamState,
     *,
-    env: str | None = None,
+    other_envs=None,
 ) -> None:
-    """Every check made before a run's first query starts; fails on the first
-    kind of problem found, naming each problem of that kind and its fix."""
+    """The checks that need no Spark: made before the session starts.
+
+    Args:
+        other_envs: Returns the names each other environment's catalog
+            declares, to say which environment a missing dataset is in
+            (read only when one is missing).
+    """
+    run_trigger(settings)
+    other_envs = other_envs or dict
+    check_catalog_has(catalog, pipeline, other_envs)
     sinks = streaming_datasets(catalog, pipeline.all_outputs())
     sources = streaming_datasets(catalog, pipeline.inputs())
-    trigger = run_trigger(settings)
     check_configuration(sinks, sources)
-    real_time_sinks = {name: d for name, d in sinks.items() if d.real_time}
-
-    def sources_of(sink: str) -> dict[str, SparkStreamingDataset]:
-        return query_sources(catalog, pipeline, sink)
-
-    check_real_time(
-        spark.version, real_time_sinks, sources_of, bounded=trigger is not None
-    )
-    check_streams_have_sinks(catalog, pipeline, {**sources, **sinks})
-    location = spark_location(spark)
-    if location:
-        check_paths_reach_the_cluster(
-            _paths(catalog, pipeline.datasets()), location, env
-        )
+    check_streams_have_sinks(catalog, pipeline, {**sources, **sinks}, other_envs)
     running = {name: info for name, info in state.running().items() if name in sinks}
     if running:
         raise StreamingConfigError(
@@ -411,11 +422,313 @@ def check_run(
             + ". Stop that run first (Ctrl-C or SIGTERM): two queries on one "
             "checkpoint corrupt it."
         )
+
+
+def check_run(
+    spark: SparkSession,
+    catalog: DataCatalog,
+    pipeline: Pipeline,
+    settings: dict[str, Any],
+    *,
+    env: str | None = None,
+) -> None:
+    """The checks made with the run's Spark, after ``check_before_spark``
+    and before the first query starts; fails on the first kind of problem
+    found, naming each problem of that kind and its fix."""
+    sinks = streaming_datasets(catalog, pipeline.all_outputs())
+    sources = streaming_datasets(catalog, pipeline.inputs())
+    trigger = run_trigger(settings)
+    check_options(spark, sinks, sources, settings)
+    real_time_sinks = {name: d for name, d in sinks.items() if d.real_time}
+
+    def sources_of(sink: str) -> dict[str, SparkStreamingDataset]:
+        return query_sources(catalog, pipeline, sink)
+
+    check_real_time(
+        spark.version, real_time_sinks, sources_of, bounded=trigger is not None
+    )
+    location = spark_location(spark)
+    if location:
+        check_paths_reach_the_cluster(
+            _paths(catalog, pipeline.datasets()), location, env
+        )
     timeout = float(settings.get("kafka_connect_timeout", 30))
     for name, dataset in {**sources, **sinks}.items():
         if dataset.file_format == "kafka":
             check_kafka_reachable(spark, name, dataset, timeout)
+    check_kafka_topics(
+        sources,
+        {name: [s for s in sinks if name in sources_of(s)] for name in sources},
+        sinks,
+    )
     check_real_time_task_slots(spark, real_time_sinks, sources_of)
+
+
+def check_options(
+    spark: SparkSession,
+    sinks: dict[str, SparkStreamingDataset],
+    sources: dict[str, SparkStreamingDataset],
+    settings: dict[str, Any],
+) -> None:
+    """Fails on a source or sink option the running Spark does not know, or
+    a value it would refuse (or misread), naming the closest known name."""
+    names = OptionNames(spark)
+    problems = []
+    for name, dataset in sources.items():
+        problems += [
+            f"'{name}' {problem}"
+            for problem in option_problems(
+                names,
+                dataset.file_format,
+                "source",
+                dataset.load_options,
+                args_name="load_args",
+                spark_version=spark.version,
+            )
+        ]
+    for name, dataset in sinks.items():
+        problems += [
+            f"'{name}' {problem}"
+            for problem in option_problems(
+                names,
+                dataset.file_format,
+                "sink",
+                dataset.writer_options,
+                args_name="save_args",
+                spark_version=spark.version,
+            )
+        ]
+        kind, value = next(iter((dataset.trigger or {None: None}).items()))
+        if kind in INTERVAL_TRIGGERS:
+            problem = interval_problem(spark, value)
+            if problem:
+                problems.append(f"'{name}' has trigger {kind}: {problem}")
+    for name, dataset in {**sources, **sinks}.items():
+        direction = "source" if name in sources else "sink"
+        credentials = {key: "" for key in dataset.credential_keys}
+        problems += [
+            f"'{name}' {problem}"
+            for problem in option_problems(
+                names,
+                dataset.file_format,
+                direction,
+                credentials,
+                args_name="credentials",
+                spark_version=spark.version,
+            )
+        ]
+    if settings.get("trigger", "processing_time") == "processing_time":
+        interval = settings.get("trigger_interval", "10 seconds")
+        problem = interval_problem(spark, interval)
+        if problem:
+            problems.append(f"trigger_interval (streaming.yml or --params): {problem}")
+    if problems:
+        raise StreamingConfigError(
+            "Options in conf/ that Spark would ignore or refuse:\n  - "
+            + "\n  - ".join(problems)
+        )
+
+
+def check_kafka_topics(
+    sources: dict[str, SparkStreamingDataset],
+    readers: dict[str, list[str]],
+    sinks: dict[str, SparkStreamingDataset],
+) -> None:
+    """Fails on a Kafka topic that does not exist, and on a new checkpoint
+    that would silently skip what a topic already holds.
+
+    Spark's default for a new checkpoint is ``startingOffsets: latest``: the
+    query starts at the topic's end, and the checkpoint keeps that position.
+    A subscription to a missing topic fails only once the query runs.
+
+    Args:
+        sources: The run's streaming sources.
+        readers: Each source's queries (sinks) in this run.
+        sinks: The run's streaming sinks.
+    """
+    problems = []
+    for name, dataset in sources.items():
+        options = {key.lower(): str(v) for key, v in dataset.load_options.items()}
+        topics = _subscribed_topics(options)
+        if dataset.file_format != "kafka" or not topics:
+            continue
+        servers = dataset.kafka_client_config.get("bootstrap.servers", "")
+        try:
+            held, existing = _topic_messages(dataset, topics)
+        except Exception as error:  # noqa: BLE001 (kafka-python's and sockets')
+            logger.warning(
+                "'%s': the topics %s at %s could not be listed (%s): not checked "
+                "before start.",
+                name,
+                ", ".join(topics),
+                servers,
+                type(error).__name__,
+            )
+            continue
+        auto_create = options.get("kafka.allow.auto.create.topics", "").lower()
+        for topic in topics:
+            if topic in existing or auto_create == "true":
+                continue
+            close = difflib.get_close_matches(topic, sorted(existing), n=3, cutoff=0.6)
+            problems.append(
+                f"'{name}' reads the topic '{topic}', which the brokers at "
+                f"{servers} do not have"
+                + (
+                    f" (closest: {', '.join(repr(t) for t in close)})"
+                    if close
+                    else f" (they have {len(existing)} topics)"
+                )
+                + ". Fix the topic's name, or create the topic; to have the brokers "
+                "create it when the query subscribes, set "
+                "`kafka.allow.auto.create.topics: true` in its load_args"
+            )
+        waiting = sum(held.values())
+        new = [
+            q for q in readers.get(name, []) if not has_progress(sinks[q].checkpoint)
+        ]
+        if (
+            waiting
+            and new
+            and "startingoffsets" not in options
+            and "assign" not in options
+        ):
+            problems.append(
+                f"'{name}' would skip the {waiting} messages that "
+                + ", ".join(f"'{t}'" for t in held)
+                + f" already hold: the new checkpoint of {', '.join(new)} would "
+                "start at the topic's end (Spark's default). Say which you mean "
+                "in its load_args: `startingOffsets: earliest` to read them, or "
+                "`startingOffsets: latest` to skip them knowingly"
+            )
+    if problems:
+        raise StreamingConfigError(
+            "Kafka topics in conf/ cannot be read as configured:\n  - "
+            + "\n  - ".join(problems)
+        )
+
+
+def _subscribed_topics(options: dict[str, str]) -> list[str]:
+    """The topics a Kafka source names (not a pattern's)."""
+    if "subscribe" in options:
+        return [t.strip() for t in options["subscribe"].split(",") if t.strip()]
+    if "assign" in options:
+        try:
+            return sorted(json.loads(options["assign"]))
+        except ValueError:
+            return []
+    return []
+
+
+def _topic_messages(
+    dataset: SparkStreamingDataset, topics: list[str]
+) -> tuple[dict[str, int], set[str]]:
+    """The messages each existing topic of ``topics`` holds, and every
+    topic the brokers have."""
+    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    with closing(
+        KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
+    ) as consumer:
+        existing = consumer.topics()
+        partitions = [
+            TopicPartition(topic, partition)
+            for topic in topics
+            if topic in existing
+            for partition in consumer.partitions_for_topic(topic) or ()
+        ]
+        first = consumer.beginning_offsets(partitions)
+        last = consumer.end_offsets(partitions)
+    held: dict[str, int] = {}
+    for partition in partitions:
+        held[partition.topic] = held.get(partition.topic, 0) + (
+            last[partition] - first[partition]
+        )
+    return {topic: count for topic, count in held.items() if count}, existing
+
+
+def has_progress(checkpoint: str | None) -> bool:
+    """Whether a query has run on ``checkpoint`` (it has an offsets log)."""
+    if not checkpoint:
+        return False
+    fs, root = fsspec.core.url_to_fs(checkpoint)
+    offsets = f"{root}/offsets"
+    return fs.exists(offsets) and bool(fs.ls(offsets, detail=False))
+
+
+def check_catalog_has(catalog: DataCatalog, pipeline: Pipeline, other_envs) -> None:
+    """Fails on a pipeline input that the run's catalog does not have,
+    naming the environments whose catalog declares it.
+
+    Kedro itself would fail only after the SparkSession has started, naming
+    no environment.
+    """
+    missing = sorted(name for name in pipeline.inputs() if name not in catalog)
+    if not missing:
+        return
+    lines, declared = [], other_envs()
+    for name in missing:
+        envs = sorted(env for env, names in declared.items() if name in names)
+        lines.append(
+            f"'{name}': declared in "
+            + " and ".join(f"conf/{env}/catalog.yml" for env in envs)
+            + ": run with "
+            + " or ".join(f"`--env {env}`" for env in envs)
+            if envs
+            else f"'{name}': no environment declares it: add it to "
+            "conf/base/catalog.yml (or the environment's catalog.yml)"
+        )
+    raise StreamingConfigError(
+        "The pipeline reads datasets that this environment's catalog does not "
+        "have:\n  - " + "\n  - ".join(lines)
+    )
+
+
+def catalog_names_by_env(config_loader) -> dict[str, Any]:
+    """The dataset names (and factory patterns, as patterns) each other
+    environment's catalog declares, by environment.
+
+    Args:
+        config_loader: The run's configuration loader.
+    """
+    from kedro.framework.project import settings  # noqa: PLC0415
+    from kedro.io.catalog_config_resolver import CatalogConfigResolver  # noqa: PLC0415
+
+    def loader_of(env: str):
+        return settings.CONFIG_LOADER_CLASS(
+            conf_source=str(config_loader.conf_source),
+            env=env,
+            runtime_params=config_loader.runtime_params,
+            **settings.CONFIG_LOADER_ARGS,
+        )
+
+    found = {}
+    env = config_loader.env
+    root = Path(str(config_loader.conf_source))
+    for folder in (
+        sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    ):
+        if folder.name in ("base", env) or not any(folder.glob("catalog*")):
+            continue
+        try:
+            config = loader_of(folder.name)["catalog"]
+        except Exception as error:  # noqa: BLE001 (another env's broken conf)
+            logger.debug("conf/%s's catalog not read: %s", folder.name, error)
+            continue
+        found[folder.name] = _Declared(config, CatalogConfigResolver)
+    return found
+
+
+class _Declared:
+    """The names an environment's catalog declares, patterns included."""
+
+    def __init__(self, config: dict[str, Any], resolver_class) -> None:
+        self._names = {k for k in config if not k.startswith("_")}
+        self._patterns = [k for k in self._names if resolver_class.is_pattern(k)]
+
+    def __contains__(self, name: str) -> bool:
+        from parse import parse  # noqa: PLC0415 (Kedro's own pattern matcher)
+
+        return name in self._names or any(parse(p, name) for p in self._patterns)
 
 
 def headline(error: BaseException, limit: int = 1000) -> str:
@@ -469,6 +782,60 @@ def query_sources(
             else:
                 stack.append(name)
     return sources
+
+
+def query_nodes(catalog: DataCatalog, pipeline: Pipeline, sink: str) -> list[str]:
+    """The nodes a sink's query runs: back from the sink through in-memory
+    datasets, up to streaming datasets (which another query writes)."""
+    producers = {output: node for node in pipeline.nodes for output in node.outputs}
+    found, stack = [], [sink]
+    while stack:
+        node = producers.get(stack.pop())
+        if node is None or node.name in found:
+            continue
+        found.append(node.name)
+        stack.extend(
+            name
+            for name in node.inputs
+            if not isinstance(
+                catalog[name] if name in catalog else None, SparkStreamingDataset
+            )
+        )
+    return found
+
+
+def fan_out(catalog: DataCatalog, pipeline: Pipeline, sinks: list[str]) -> list[str]:
+    """Says which queries of a run each read the same sources through the
+    same nodes: each query reads its sources and runs those nodes on its own,
+    so the source is read, and every record parsed and checked, once per
+    query."""
+    nodes = {sink: query_nodes(catalog, pipeline, sink) for sink in sinks}
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for sink in sinks:
+        for other in sinks:
+            shared = tuple(n for n in reversed(nodes[sink]) if n in nodes[other])
+            if other > sink and shared:
+                groups.setdefault(shared, []).extend([sink, other])
+    lines = []
+    for shared, pairs in groups.items():
+        queries = sorted(set(pairs))
+        sources = sorted(
+            set().union(*(query_sources(catalog, pipeline, q) for q in queries))
+            & set(
+                name
+                for node in pipeline.nodes
+                if node.name in shared
+                for name in node.inputs
+            )
+        )
+        lines.append(
+            f"queries {', '.join(queries)} each read {', '.join(sources) or 'their sources'} "
+            f"and run {', '.join(shared)} on their own: {len(queries)} reads of the "
+            "source and checks of every record. To read and check once, write the "
+            "shared output to a sink and read that sink (docs/pipelines.md, "
+            '"One source, several sinks")'
+        )
+    return lines
 
 
 def _paths(catalog: DataCatalog, names: set[str]) -> dict[str, list[str]]:

@@ -29,7 +29,10 @@ from kedro.pipeline import Pipeline
 
 from . import delta
 from .checks import (
+    catalog_names_by_env,
+    check_before_spark,
     check_run,
+    fan_out,
     headline,
     query_sources,
     real_time_plan_problem,
@@ -68,6 +71,7 @@ class _Project:
     settings: dict[str, Any]
     state: StreamState
     env: str | None
+    config_loader: Any
 
     @property
     def sinks(self) -> dict[str, SparkStreamingDataset]:
@@ -91,7 +95,9 @@ def _open(metadata, env: str | None, names: list[str]) -> _Project:
         raise click.ClickException(f"No pipeline named {', '.join(unknown)}.")
     pipeline = sum((registered_pipelines[name] for name in selected), Pipeline([]))
     state = StreamState.from_settings(settings)
-    return _Project(context.catalog, pipeline, settings, state, env)
+    return _Project(
+        context.catalog, pipeline, settings, state, env, context.config_loader
+    )
 
 
 @streams.command()
@@ -99,8 +105,9 @@ def _open(metadata, env: str | None, names: list[str]) -> _Project:
 @pipelines_option
 @click.pass_obj
 def status(metadata, env: str | None, pipelines: list[str]) -> None:
-    """One line per streaming sink: where its query stands. Starts no query."""
-    project = _open(metadata, env, pipelines)
+    """One line per streaming sink of every pipeline (or those of
+    --pipelines): where its query stands. Starts no query."""
+    project = _open(metadata, env, pipelines or list(registered_pipelines))
     totals = project.state.totals()
     running = project.state.running()
     for name, dataset in project.sinks.items():
@@ -160,19 +167,25 @@ def validate(metadata, env: str | None, pipelines: list[str]) -> None:
     Nothing is written, no checkpoint is made, no offset is read.
     """
     project = _open(metadata, env, pipelines)
-    spark = spark_session()
-    problems = []
     try:
-        check_run(
-            spark,
+        check_before_spark(
             project.catalog,
             project.pipeline,
             project.settings,
             project.state,
-            env=env,
+            other_envs=lambda: catalog_names_by_env(project.config_loader),
         )
     except StreamingConfigError as error:
+        # Nothing else can be checked without the datasets the error names.
+        raise click.ClickException(f"{error}\nFix it before `kedro run`.") from None
+    spark = spark_session()
+    problems = []
+    try:
+        check_run(spark, project.catalog, project.pipeline, project.settings, env=env)
+    except StreamingConfigError as error:
         problems.append(str(error))
+    for line in fan_out(project.catalog, project.pipeline, list(project.sinks)):
+        click.echo(f"note: {line}.")
     frames: dict[str, Any] = {}
     failed: set[str] = set()
     for node in project.pipeline.nodes:

@@ -154,6 +154,16 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return dict(self._load_args)
 
     @property
+    def writer_options(self) -> dict[str, Any]:
+        """The writer's options from ``save_args`` (credentials not included)."""
+        return dict(self._writer_options)
+
+    @property
+    def credential_keys(self) -> list[str]:
+        """The names of the options the credentials add (never their values)."""
+        return list(self.kafka_options)
+
+    @property
     def real_time(self) -> bool:
         """Whether its query runs in Real-Time Mode (a ``realTime`` trigger)."""
         return isinstance(self._trigger, dict) and REAL_TIME in self._trigger

@@ -45,6 +45,13 @@ class ProgressLog:
         self._state = state
         self._metrics = metrics
         self._last_seen: dict[str, tuple[str, int]] = {}
+        # Per query: observed metrics that another query of the run reports.
+        self._left_to_others: dict[str, set[str]] = {}
+
+    def leave_to(self, name: str, metrics: set[str]) -> None:
+        """Leaves ``metrics`` out of query ``name``'s figures: another query
+        observes the same DataFrame and reports them."""
+        self._left_to_others.setdefault(name, set()).update(metrics)
 
     def update(self, name: str, query: StreamingQuery) -> None:
         """Logs and counts the reports of ``query`` made since the last update."""
@@ -64,9 +71,11 @@ class ProgressLog:
 
     def _log(self, name: str, report: dict[str, Any]) -> None:
         states = report.get("stateOperators", [])
+        left = self._left_to_others.get(name, set())
         metrics = {
-            name: _metric_row(row)
-            for name, row in report.get("observedMetrics", {}).items()
+            metric: _metric_row(row)
+            for metric, row in report.get("observedMetrics", {}).items()
+            if metric not in left
         }
         # Per source: Spark Connect's reports carry no top-level totals.
         sources = report.get("sources", [])

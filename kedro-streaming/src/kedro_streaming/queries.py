@@ -26,12 +26,17 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
 from .checks import (
+    catalog_names_by_env,
+    check_before_spark,
     check_run,
+    fan_out,
     headline,
+    query_sources,
     real_time_plan_problem,
     run_trigger,
     streaming_datasets,
 )
+from .console import one_line_off_terminal, short_config_errors
 from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError, StreamingQueryFailed
 from .metrics import StreamMetrics
@@ -50,6 +55,10 @@ class StreamingQueryHooks:
 
     def __init__(self) -> None:
         self._catalog: DataCatalog | None = None
+        self._pipeline: Pipeline | None = None
+        self._other_envs = dict
+        # Each observed metric (name, DataFrame id) and the query that reports it.
+        self._observed_by: dict[tuple[str, int], str] = {}
         self._settings: dict[str, Any] = {}
         self._queries: dict[str, StreamingQuery] = {}
         self._triggers: dict[str, dict[str, Any]] = {}
@@ -64,6 +73,9 @@ class StreamingQueryHooks:
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         self._settings = streaming_settings(context.config_loader)
+        one_line_off_terminal()
+        short_config_errors()
+        self._other_envs = lambda: catalog_names_by_env(context.config_loader)
         # The progress lines are INFO: shown unless the project's logging
         # configuration sets this package's level (Kedro's default sets none).
         runtime_logger = logging.getLogger(__package__)
@@ -76,20 +88,26 @@ class StreamingQueryHooks:
     ) -> None:
         """Fails on a configuration that cannot work, before any query starts."""
         self._catalog = catalog
+        self._pipeline = pipeline
         self._queries = {}
         self._triggers = {}
+        self._observed_by = {}
         self._stop_requested = False
         self._failed = False
         self._state = StreamState.from_settings(self._settings)
+        check_before_spark(
+            catalog, pipeline, self._settings, self._state, other_envs=self._other_envs
+        )
         check_run(
             spark_session(),
             catalog,
             pipeline,
             self._settings,
-            self._state,
             env=run_params.get("env"),
         )
         sinks = streaming_datasets(catalog, pipeline.all_outputs())
+        for line in fan_out(catalog, pipeline, list(sinks)):
+            logger.warning("Fan-out: %s.", line)
         trigger = run_trigger(self._settings)
 
         # The run's trigger wins; else the sink's own; else the run's interval.
@@ -113,6 +131,7 @@ class StreamingQueryHooks:
             if problem:
                 self._stop_all()
                 raise StreamingConfigError(f"'{dataset_name}': {problem}.")
+        self._report_observations_once(dataset_name, data)
         query = dataset.start(
             data, trigger=self._triggers[dataset_name], query_name=dataset_name
         )
@@ -258,7 +277,8 @@ class StreamingQueryHooks:
                         self._metrics.status(name, "failed")
                     self._stop_all()
                     raise StreamingQueryFailed(
-                        f"Streaming query '{name}' failed: {headline(error)}\n"
+                        f"Streaming query '{name}'{self._kafka_topics(name)} "
+                        f"failed: {headline(error)}\n"
                         "Its checkpoint is intact: fix the cause and run again to "
                         "resume from the last committed batch."
                     ) from error
@@ -283,6 +303,51 @@ class StreamingQueryHooks:
             if query.isActive:
                 logger.info("Stopping streaming query '%s'.", name)
                 query.stop()
+
+    def _report_observations_once(self, name: str, data: Any) -> None:
+        """Leaves a metric that an earlier query of the run already observes
+        (the same node's DataFrame, fanned out to two sinks) to that query:
+        each rule's figures are counted once, not once per query."""
+        repeated = {}
+        for observation in observed_metrics(data):
+            first = self._observed_by.setdefault(observation, name)
+            if first != name:
+                repeated[observation[0]] = first
+        if repeated:
+            self._progress.leave_to(name, set(repeated))
+            logger.info(
+                "'%s' runs the same checks as %s before it (fan-out): their "
+                "figures (%s) are reported under %s only.",
+                name,
+                ", ".join(sorted(set(repeated.values()))),
+                ", ".join(sorted(repeated)),
+                ", ".join(sorted(set(repeated.values()))),
+            )
+
+    def _kafka_topics(self, name: str) -> str:
+        """The Kafka topics a query reads or writes, for its failure message."""
+        if self._catalog is None or self._pipeline is None:
+            return ""
+        parts = []
+        datasets = {**query_sources(self._catalog, self._pipeline, name)}
+        sink = self._dataset(name)
+        if sink is not None:
+            datasets[name] = sink
+        for dataset_name, dataset in datasets.items():
+            if dataset.file_format != "kafka":
+                continue
+            options = {**dataset.load_options, **dataset.writer_options}
+            topic = next(
+                (
+                    str(options[key])
+                    for key in ("subscribe", "subscribePattern", "assign", "topic")
+                    if key in options
+                ),
+                "a topic column",
+            )
+            servers = dataset.kafka_client_config.get("bootstrap.servers", "?")
+            parts.append(f"'{dataset_name}' is Kafka {topic} at {servers}")
+        return f" ({'; '.join(parts)})" if parts else ""
 
     def _dataset(self, name: str) -> SparkStreamingDataset | None:
         if self._catalog is None or name not in self._catalog:
@@ -310,6 +375,23 @@ class StreamingQueryHooks:
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)
         self._previous_handlers = {}
+
+
+def observed_metrics(frame: Any) -> set[tuple[str, int]]:
+    """The metrics ``frame``'s plan observes (``DataFrame.observe``), as
+    (name, id of the observed DataFrame): two queries built from one node's
+    output share them. Empty over Spark Connect, whose plan is the server's."""
+    jdf = getattr(frame, "_jdf", None)
+    if jdf is None:
+        return set()
+    found, stack = set(), [jdf.queryExecution().logical()]
+    while stack:
+        node = stack.pop()
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+        if node.nodeName() == "CollectMetrics":
+            found.add((node.name(), node.dataframeId()))
+    return found
 
 
 def describe_trigger(trigger: dict[str, Any]) -> str:

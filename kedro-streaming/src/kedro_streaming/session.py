@@ -40,6 +40,8 @@ _KAFKA_CONNECTOR = re.compile(
     r"org\.apache\.spark:spark-sql-kafka-0-10_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
 )
 _settings: dict[str, str] = {}
+# Where a local Spark's UI listens (SPARK_LOCAL_IP, which Spark's UI reads).
+_ui_address: list[str] = []
 logger = logging.getLogger(__name__)
 # spark-submit's report of what `spark.jars.packages` resolved: from its first
 # line to the line that says how many jars it copied.
@@ -74,14 +76,25 @@ _RESOLUTION_SETTINGS = (
 _MOVING_VERSION = re.compile(r"SNAPSHOT|latest\.|[\[\]()+]")
 
 
-def configure_spark(settings: dict[str, object]) -> None:
+def configure_spark(
+    settings: dict[str, object], streaming: dict[str, object] | None = None
+) -> None:
     """Sets what the session is built from, without starting it.
 
     The Kafka connector and the Delta package in ``spark.jars.packages`` are
     checked against the installed PySpark here, so a mismatch fails before
     Spark downloads them.
+
+    Args:
+        settings: ``spark.yml``.
+        streaming: ``streaming.yml`` and ``--params``: ``spark_ui_port`` and
+            ``spark_ui_address`` set the UI's for one run.
     """
     conf = {key: str(value) for key, value in settings.items() if value is not None}
+    streaming = streaming or {}
+    if streaming.get("spark_ui_port") not in (None, ""):
+        conf["spark.ui.port"] = str(streaming["spark_ui_port"])
+    _ui_address[:] = [str(streaming.get("spark_ui_address") or "")]
     if not conf.get("spark.remote"):  # a Connect server brings its own packages
         for check in (check_kafka_connector, check_delta_package):
             check(
@@ -112,6 +125,7 @@ def spark_session() -> SparkSession:
         # process (kedro-datasets' included) then returns this session.
         os.environ["SPARK_REMOTE"] = remote
     elif SparkContext._gateway is None:
+        _set_ui_address(conf)
         launch = without_resolution(conf)
         resolved_here = launch is conf
         _start_jvm(launch)
@@ -152,6 +166,15 @@ def spark_session() -> SparkSession:
     if spark_location(spark):
         _send_project_code(spark)
     return spark
+
+
+def _set_ui_address(conf: dict[str, str]) -> None:
+    """Has a local Spark's UI listen on ``spark_ui_address`` (Spark binds
+    it to SPARK_LOCAL_IP, else every interface). Not on a cluster, whose
+    executors must reach the driver at the address it binds."""
+    address = _ui_address[0] if _ui_address else ""
+    if address and conf.get("spark.master", "local").startswith("local"):
+        os.environ["SPARK_LOCAL_IP"] = address
 
 
 def without_resolution(conf: dict[str, str]) -> dict[str, str]:
@@ -516,7 +539,11 @@ class SparkHooks:
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
-        configure_spark(context.config_loader["spark"])
+        from .state import streaming_settings  # noqa: PLC0415
+
+        configure_spark(
+            context.config_loader["spark"], streaming_settings(context.config_loader)
+        )
 
     @hook_impl
     def before_pipeline_run(self) -> None:

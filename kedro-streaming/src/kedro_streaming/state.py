@@ -209,6 +209,8 @@ SETTING_NAMES = (
     "kafka_connect_timeout",
     "state_dir",
     "progress_log_max_bytes",
+    "spark_ui_port",
+    "spark_ui_address",
 )
 
 
