@@ -124,6 +124,19 @@ def plugin_tool():
 
 
 @pytest.fixture(scope="session")
+def sensor_project(tmp_path_factory, project_bin) -> Path:
+    """`kedro new --config` with `example: none` (the name of a user's own
+    stream), installed into the default project's virtualenv without
+    dependencies: they are the same."""
+    project = generate_project(
+        tmp_path_factory.mktemp("none"), project_name="Sensor Lab", example="none"
+    )
+    pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
+    run([*pip, "-e", project], cwd=project, timeout=300)
+    return project
+
+
+@pytest.fixture(scope="session")
 def broker_tool(plugin_tool):
     return plugin_tool("broker")
 

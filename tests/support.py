@@ -14,6 +14,7 @@ import math
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -172,6 +173,25 @@ def generate_project(workdir: Path, **config: str) -> Path:
     kedro_new = [sys.executable, "-m", "kedro", "new", "--starter", str(STARTER_ROOT)]
     run([*kedro_new, "--config", str(path), "--telemetry", "no"], cwd=workdir)
     return workdir / config["project_name"].lower().replace(" ", "-")
+
+
+# A whole file in a docs page: a fenced block whose first line names its path.
+FILE_BLOCK = re.compile(r"```(?:python|yaml)\n# (\S+)\n(.*?)```", re.DOTALL)
+
+
+def walkthrough_project(made: Path, workdir: Path, servers: str) -> Path:
+    """A copy of a project made with `example: none`, with every file of its
+    docs/your-own-stream.md written, its broker at ``servers``."""
+    project = workdir / made.name
+    shutil.copytree(made, project)
+    page = (project / "docs/your-own-stream.md").read_text()
+    for path, body in FILE_BLOCK.findall(page):
+        target = project / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f"# {path}\n{body}")
+    globals_yml = project / "conf/kafka/globals.yml"
+    globals_yml.write_text(globals_yml.read_text().replace("localhost:9092", servers))
+    return project
 
 
 def assert_tidy_home(project: Path, project_bin: Path) -> None:

@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
-import pytest
 import yaml
 from support import (
     AS_SHIPPED,
@@ -26,27 +25,15 @@ from support import (
     PLUGIN_VERSION,
     STARTER_ROOT,
     assert_tidy_home,
-    generate_project,
     quiet_env,
     run,
+    walkthrough_project,
 )
 
 NAME = "Sensor Lab"
 PACKAGE = "sensor_lab"
 # The records pipeline's shipped schema and rule, computed here by hand.
 PLAUSIBLE = (-50.0, 60.0)
-
-
-@pytest.fixture(scope="module")
-def sensor_project(tmp_path_factory, project_bin) -> Path:
-    """`kedro new --config` with `example: none`, installed into the default
-    project's virtualenv (no dependencies: they are the same)."""
-    project = generate_project(
-        tmp_path_factory.mktemp("none"), project_name=NAME, example="none"
-    )
-    pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
-    run([*pip, "-e", project], cwd=project, timeout=300)
-    return project
 
 
 def expected_checked(
@@ -192,7 +179,6 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
 
 
 # A block of the walkthrough whose first line names the file it is.
-FILE_BLOCK = re.compile(r"```(?:python|yaml)\n# (\S+)\n(.*?)```", re.DOTALL)
 COMMANDS = re.compile(r"```bash\n(.*?)```", re.DOTALL)
 
 
@@ -202,17 +188,8 @@ def test_the_walkthrough_runs_as_written_and_its_alerts_are_right(
     """docs/your-own-stream.md: every file it shows is written, every command
     it shows is run (the broker is the session's), and the alerts topic holds
     the alerts computed here from the readings it sends."""
-    project = tmp_path / "sensor-lab"
-    shutil.copytree(sensor_project, project)
+    project = walkthrough_project(sensor_project, tmp_path, broker.bootstrap_servers)
     page = (project / "docs/your-own-stream.md").read_text()
-    for path, body in FILE_BLOCK.findall(page):
-        target = project / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f"# {path}\n{body}")
-    globals_yml = project / "conf/kafka/globals.yml"
-    globals_yml.write_text(
-        globals_yml.read_text().replace("localhost:9092", broker.bootstrap_servers)
-    )
     run([project_bin / "ruff", "format", "--check", "."], cwd=project)
     run([project_bin / "ruff", "check", "."], cwd=project)
 

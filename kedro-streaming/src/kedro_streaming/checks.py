@@ -66,6 +66,7 @@ def check_configuration(
         for name, dataset in sources.items()
         for problem in dataset.source_problems()
     ]
+    problems += _sinks_inside_sources(sinks, sources)
     shared = Counter(dataset.checkpoint for dataset in sinks.values())
     problems += [
         f"{', '.join(sorted(n for n, d in sinks.items() if d.checkpoint == path))} "
@@ -78,6 +79,34 @@ def check_configuration(
             "Streaming configuration in conf/ cannot work:\n  - "
             + "\n  - ".join(problems)
         )
+
+
+def _sinks_inside_sources(
+    sinks: dict[str, SparkStreamingDataset], sources: dict[str, SparkStreamingDataset]
+) -> list[str]:
+    """A sink that writes inside the folder a source of the run reads (or
+    around it) would feed its own output back in."""
+    problems = []
+    for sink, sink_dataset in sinks.items():
+        for source, source_dataset in sources.items():
+            if not (sink_dataset.path and source_dataset.path):
+                continue
+            inner, outer = (
+                _folder(sink_dataset.path),
+                _folder(source_dataset.path),
+            )
+            if inner == outer or outer in inner.parents or inner in outer.parents:
+                problems.append(
+                    f"'{sink}' writes to '{sink_dataset.path}', inside or around "
+                    f"the folder '{source_dataset.path}' that '{source}' reads: the "
+                    "stream would read its own output. Give the sink a folder of "
+                    "its own, outside the source's"
+                )
+    return problems
+
+
+def _folder(path: str) -> Path:
+    return Path(os.path.abspath(path.removeprefix("file://")))
 
 
 def check_real_time(
@@ -409,8 +438,8 @@ def check_before_spark(
     check_catalog_has(catalog, pipeline, other_envs)
     sinks = streaming_datasets(catalog, pipeline.all_outputs())
     sources = streaming_datasets(catalog, pipeline.inputs())
-    check_configuration(sinks, sources)
     check_streams_have_sinks(catalog, pipeline, {**sources, **sinks}, other_envs)
+    check_configuration(sinks, sources)
     running = {name: info for name, info in state.running().items() if name in sinks}
     if running:
         raise StreamingConfigError(
@@ -593,9 +622,9 @@ def check_kafka_topics(
             and "assign" not in options
         ):
             problems.append(
-                f"'{name}' would skip the {waiting} messages that "
-                + ", ".join(f"'{t}'" for t in held)
-                + f" already hold: the new checkpoint of {', '.join(new)} would "
+                f"'{name}' would skip the {waiting} messages already in "
+                + " and ".join(f"'{t}'" for t in held)
+                + f": the new checkpoint of {', '.join(new)} would "
                 "start at the topic's end (Spark's default). Say which you mean "
                 "in its load_args: `startingOffsets: earliest` to read them, or "
                 "`startingOffsets: latest` to skip them knowingly"

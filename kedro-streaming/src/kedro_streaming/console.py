@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
-from typing import Any
 
 from .errors import StreamingConfigError
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import json
@@ -278,6 +279,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                     "reads Kafka without a topic: add `load_args: {subscribe: <topic>}`"
                 )
             return problems
+        missing = _missing_local_folder(self._path)
+        if missing and self._file_format not in ("rate", "socket"):
+            problems.append(missing)
+            return problems
         if self._schema is None and self._file_format not in SCHEMA_FREE_FORMATS:
             if not self._path or not _is_local_file_sink(self._path):
                 problems.append(
@@ -516,6 +521,31 @@ def _is_local_file_sink(path: str) -> bool:
     if "://" in path and not path.startswith("file://"):
         return True
     return (Path(path.removeprefix("file://")) / "_spark_metadata").is_dir()
+
+
+def _missing_local_folder(path: str | None) -> str | None:
+    """Says so when ``path`` is a local folder that does not exist, naming
+    the closest existing folders beside it."""
+    if not path or ("://" in path and not path.startswith("file://")):
+        return None
+    folder = Path(path.removeprefix("file://"))
+    if folder.exists():
+        return None
+    parent = next((p for p in folder.parents if p.is_dir()), None)
+    siblings = (
+        [p.name for p in parent.iterdir() if p.is_dir()] if parent is not None else []
+    )
+    close = difflib.get_close_matches(folder.name, siblings, n=2, cutoff=0.6)
+    hint = (
+        " (beside it: " + ", ".join(f"'{parent / name}'" for name in close) + ")"
+        if close
+        else ""
+    )
+    return (
+        f"reads '{path}', which does not exist{hint}: fix its filepath, or, if "
+        "another pipeline's sink writes it, run that pipeline first "
+        "(`kedro run --pipelines <name>`)"
+    )
 
 
 def _is_secret(key: str) -> bool:

@@ -95,17 +95,21 @@ class StreamingQueryHooks:
         self._stop_requested = False
         self._failed = False
         self._state = StreamState.from_settings(self._settings)
+        began = time.monotonic()
         check_before_spark(
             catalog, pipeline, self._settings, self._state, other_envs=self._other_envs
         )
-        check_run(
-            spark_session(),
-            catalog,
-            pipeline,
-            self._settings,
-            env=run_params.get("env"),
-        )
+        checking = time.monotonic() - began
+        spark = spark_session()
+        began = time.monotonic()
+        check_run(spark, catalog, pipeline, self._settings, env=run_params.get("env"))
         sinks = streaming_datasets(catalog, pipeline.all_outputs())
+        logger.info(
+            "Checked the streaming configuration in %.2f s: %d sources, %d sinks.",
+            checking + time.monotonic() - began,
+            len(streaming_datasets(catalog, pipeline.inputs())),
+            len(sinks),
+        )
         for line in fan_out(catalog, pipeline, list(sinks)):
             logger.warning("Fan-out: %s.", line)
         trigger = run_trigger(self._settings)

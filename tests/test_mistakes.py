@@ -1,0 +1,311 @@
+"""The mistakes people make when they edit a generated project for their own
+stream, each made in the walkthrough's project (its Kafka source, its
+alerts pipeline) and refused before any query starts: the exact message,
+no stack trace, and nothing written (no checkpoint, no table, no message).
+
+Each case is one `kedro run` as a user types it, so the message is the one
+the user reads; those refused before Spark starts show that too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from support import SPARK_VERSION, run, send_to_one_partition, walkthrough_project
+
+READINGS = "mistakes-readings"
+ALERTS = "mistakes-alerts"
+MESSAGES = [
+    json.dumps(
+        {"device": "boiler-1", "at": f"2026-11-26T10:0{i}:05Z", "temperature_c": 55.0}
+    )
+    for i in range(7)
+]
+SPARK_STARTED = f"Spark {SPARK_VERSION} on"
+KAFKA_ENV = ["--env", "kafka", "--pipelines", "records"]
+BOTH = ["--env", "kafka", "--pipelines", "records,alerts"]
+
+
+@pytest.fixture(scope="module")
+def project(sensor_project, broker, tmp_path_factory) -> Path:
+    """The walkthrough's project on its own topics, 7 readings waiting."""
+    project = walkthrough_project(
+        sensor_project, tmp_path_factory.mktemp("mistakes"), broker.bootstrap_servers
+    )
+    edit(project / "conf/kafka/globals.yml", ("sensor-readings", READINGS))
+    edit(project / "conf/kafka/globals.yml", ("device-alerts", ALERTS))
+    send_to_one_partition(
+        broker.bootstrap_servers, READINGS, [m.encode() for m in MESSAGES]
+    )
+    return project
+
+
+def edit(path: Path, *replacements: tuple[str, str]) -> None:
+    text = path.read_text()
+    for old, new in replacements:
+        assert old in text, f"{old!r} is not in {path}"
+        text = text.replace(old, new, 1)
+    path.write_text(text)
+
+
+@contextlib.contextmanager
+def mistake(project: Path, edits: dict[str, list[tuple[str, str]]]):
+    """The files as the user edits them, restored afterwards."""
+    before = {name: (project / name).read_text() for name in edits}
+    try:
+        for name, replacements in edits.items():
+            edit(project / name, *replacements)
+        yield
+    finally:
+        for name, text in before.items():
+            (project / name).write_text(text)
+
+
+def topic_ends(servers: str) -> dict[str, int]:
+    """Messages per topic of this module (a topic absent: not there)."""
+    consumer = KafkaConsumer(bootstrap_servers=servers)
+    try:
+        ends = {}
+        for topic in (READINGS, ALERTS):
+            partitions = consumer.partitions_for_topic(topic)
+            if partitions:
+                tps = [TopicPartition(topic, p) for p in partitions]
+                ends[topic] = sum(consumer.end_offsets(tps).values())
+        return ends
+    finally:
+        consumer.close()
+
+
+CATALOG = "conf/kafka/catalog.yml"
+BASE_CATALOG = "conf/base/catalog.yml"
+# (case, files edited, `kedro run` arguments, the message, whether Spark started)
+CASES = [
+    (
+        "misspelt and wrong Kafka options",
+        {
+            CATALOG: [
+                ("startingOffsets: earliest", "startingOffset: earliest"),
+                (
+                    "failOnDataLoss: true",
+                    "failOnDataLoss: ture\n    maxOffsetsPerTrigger: 0\n"
+                    "    kafka.request.timeout.msec: 5000",
+                ),
+            ]
+        },
+        KAFKA_ENV,
+        "StreamingConfigError: Options in conf/ that Spark would ignore or refuse:\n"
+        "  - 'raw_records' `startingOffset` in its load_args is not a Kafka source "
+        f"option of Spark {SPARK_VERSION}: did you mean `startingOffsets`?\n"
+        "  - 'raw_records' `failOnDataLoss: ture` in its load_args: use true or false\n"
+        "  - 'raw_records' `maxOffsetsPerTrigger: 0` in its load_args: use a whole "
+        "number above 0\n"
+        "  - 'raw_records' `kafka.request.timeout.msec` in its load_args is not a "
+        "Kafka client setting: did you mean `kafka.request.timeout.ms`?",
+        True,
+    ),
+    (
+        "a topic that does not exist",
+        {
+            CATALOG: [
+                (
+                    "subscribe: ${globals:kafka.readings_topic}",
+                    "subscribe: mistakes-reading",
+                )
+            ]
+        },
+        KAFKA_ENV,
+        "StreamingConfigError: Kafka topics in conf/ cannot be read as configured:\n"
+        "  - 'raw_records' reads the topic 'mistakes-reading', which the brokers at "
+        "{servers} do not have (closest: 'mistakes-readings'). Fix the topic's name, "
+        "or create the topic; to have the brokers create it when the query "
+        "subscribes, set `kafka.allow.auto.create.topics: true` in its load_args",
+        True,
+    ),
+    (
+        "a new checkpoint without startingOffsets",
+        {CATALOG: [("    startingOffsets: earliest\n", "")]},
+        KAFKA_ENV,
+        "StreamingConfigError: Kafka topics in conf/ cannot be read as configured:\n"
+        "  - 'raw_records' would skip the 7 messages already in 'mistakes-readings': "
+        "the new checkpoint of checked_records would start at the topic's end "
+        "(Spark's default). Say which you mean in its load_args: `startingOffsets: "
+        "earliest` to read them, or `startingOffsets: latest` to skip them knowingly",
+        True,
+    ),
+    (
+        "forgetting --env kafka",
+        {},
+        ["--pipelines", "alerts"],
+        "StreamingConfigError: No sink for 'device_alerts': this environment's "
+        "catalog does not declare it, so the stream would stay in memory and never "
+        "run. Declare a streaming sink in conf/<env>/catalog.yml, or run with the "
+        "environment that declares one (`kedro run --env kafka`).",
+        False,
+    ),
+    (
+        "a source declared in another environment only",
+        {
+            CATALOG: [("raw_records:", "sensor_readings:")],
+            "src/sensor_lab/pipelines/records/pipeline.py": [
+                ('"raw_records"', '"sensor_readings"')
+            ],
+        },
+        ["--pipelines", "records"],
+        "StreamingConfigError: The pipeline reads datasets that this environment's "
+        "catalog does not have:\n"
+        "  - 'sensor_readings': declared in conf/kafka/catalog.yml: run with "
+        "`--env kafka`",
+        False,
+    ),
+    (
+        "a file source path that does not exist",
+        {BASE_CATALOG: [("/records_landing", "/record_landing")]},
+        ["--pipelines", "records"],
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        "  - 'raw_records' reads '{project}/data/01_raw/record_landing', which does "
+        "not exist (beside it: '{project}/data/01_raw/records_landing'): fix its filepath, or, if "
+        "another pipeline's sink writes it, run that pipeline first (`kedro run "
+        "--pipelines <name>`)",
+        False,
+    ),
+    (
+        "a sink inside its own source",
+        {
+            BASE_CATALOG: [
+                (
+                    "${globals:output_root}/02_intermediate/checked_records",
+                    "${globals:input_root}/records_landing/checked",
+                )
+            ]
+        },
+        ["--pipelines", "records"],
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        "  - 'checked_records' writes to '{project}/data/01_raw/records_landing/"
+        "checked', inside or around the folder '{project}/data/01_raw/"
+        "records_landing' that "
+        "'raw_records' reads: the stream would read its own output. Give the sink "
+        "a folder of its own, outside the source's",
+        False,
+    ),
+    (
+        "a checkpoint shared by two queries",
+        {CATALOG: [("checkpoints/device_alerts", "checkpoints/checked_records")]},
+        BOTH,
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        "  - checked_records, device_alerts share the checkpoint "
+        "'data/kafka/checkpoints/checked_records': give each sink its own",
+        False,
+    ),
+    (
+        "a trigger that does not parse",
+        {
+            BASE_CATALOG: [
+                (
+                    "checkpoint: ${globals:output_root}/checkpoints/checked_records",
+                    "checkpoint: ${globals:output_root}/checkpoints/checked_records\n"
+                    "    trigger: {processingTime: ten seconds}",
+                )
+            ]
+        },
+        ["--pipelines", "records"],
+        "StreamingConfigError: Options in conf/ that Spark would ignore or refuse:\n"
+        "  - 'checked_records' has trigger processingTime: 'ten seconds' is not an "
+        "interval Spark reads: write e.g. '10 seconds', '500 milliseconds' or "
+        "'1 minute'",
+        True,
+    ),
+    (
+        "a wrong type in the schema",
+        {
+            "conf/base/parameters.yml": [
+                ("temperature_c DOUBLE", "temperature_c DOUBEL")
+            ]
+        },
+        ["--pipelines", "records"],
+        None,  # parse_records' own message, below
+        True,
+    ),
+    (
+        "a Kafka connector of another Spark in spark.yml",
+        {"conf/base/spark.yml": [(f"0-10_2.13:{SPARK_VERSION}", "0-10_2.13:3.5.1")]},
+        ["--pipelines", "records"],
+        "StreamingConfigError: spark.yml asks for the Kafka connector "
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:3.5.1, but the running Spark is "
+        f"{SPARK_VERSION} built for Scala 2.13. Fix: set spark.jars.packages in "
+        "conf/base/spark.yml to org.apache.spark:spark-sql-kafka-0-10_2.13:"
+        f"{SPARK_VERSION}, or install the pyspark the connector was built for.",
+        False,
+    ),
+    (
+        "a trigger setting misspelt in --params",
+        {},
+        ["--pipelines", "records", "--params", "trigger=availble_now"],
+        "StreamingConfigError: Unknown trigger 'availble_now': run with `--params "
+        "trigger=available_now` (process what is there, then stop) or `--params "
+        "trigger=processing_time` (run until stopped).",
+        False,
+    ),
+]
+
+
+SCHEMA_MESSAGE = (
+    "StreamingConfigError: The record schema 'device STRING NOT NULL, at "
+    "TIMESTAMP, temperature_c DOUBEL' is not Spark SQL DDL"
+)
+
+
+def test_each_mistake_is_refused_before_anything_is_written(
+    project, project_bin, broker
+):
+    servers = broker.bootstrap_servers
+    failures = []
+    for case, edits, arguments, message, spark_started in CASES:
+        with mistake(project, edits):
+            result = run(
+                [project_bin / "kedro", "run", *arguments],
+                cwd=project,
+                check=False,
+                timeout=300,
+            )
+        # The message, as it ends the output; parse_records' own names the
+        # schema, then Spark's reason (not this test's to spell).
+        got = result.stderr[result.stderr.find("StreamingConfigError:") :].strip()
+        wanted = (message or SCHEMA_MESSAGE).format(servers=servers, project=project)
+        if (
+            result.returncode != 1
+            or not (got == wanted or (message is None and got.startswith(wanted)))
+            or "Traceback" in result.output
+            or (SPARK_STARTED in result.output) != spark_started
+        ):
+            failures.append(
+                f"{case}: exit {result.returncode}\n{result.output[-3000:]}"
+            )
+        written = sorted(
+            str(path.relative_to(project))
+            for path in (project / "data").rglob("*")
+            if path.is_file() and path.name != ".gitkeep"
+            if "checkpoints" in path.parts or "02_intermediate" in path.parts
+        )
+        assert written == [], f"{case}: wrote {written}"
+        assert topic_ends(servers) == {READINGS: len(MESSAGES)}, case
+    assert not failures, "\n\n".join(failures)
+
+
+def test_validate_names_the_same_mistakes_without_running(project, project_bin):
+    """`kedro streams validate` refuses what `kedro run` would, and lists every
+    problem of a kind at once."""
+    with mistake(project, CASES[0][1]):
+        result = run(
+            [project_bin / "kedro", "streams", "validate", *KAFKA_ENV],
+            cwd=project,
+            check=False,
+        )
+    assert result.returncode == 1
+    options = CASES[0][3].removeprefix("StreamingConfigError: ")
+    assert "- " + options.replace("\n", "\n  ") in result.stderr
+    assert "Traceback" not in result.output
+    assert not (project / "data/kafka").exists()
