@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -309,3 +310,150 @@ def test_validate_names_the_same_mistakes_without_running(project, project_bin):
     assert "- " + options.replace("\n", "\n  ") in result.stderr
     assert "Traceback" not in result.output
     assert not (project / "data/kafka").exists()
+
+
+FAN_OUT_PIPELINE = """\
+from kedro.pipeline import Pipeline, node, pipeline
+from kedro_streaming import parse_records
+from pyspark.sql import DataFrame, functions as F
+
+from ..records.nodes import check_records
+
+
+def valid_only(checked: DataFrame) -> DataFrame:
+    return checked.filter(F.col("rejection_reason").isNull())
+
+
+def rejected_only(checked: DataFrame) -> DataFrame:
+    return checked.filter(F.col("rejection_reason").isNotNull())
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return pipeline(
+        [
+            node(
+                parse_records,
+                ["raw_records", "params:record_schema"],
+                "parsed",
+                name="parse_records",
+            ),
+            node(
+                check_records,
+                ["parsed", "params:record_expectations"],
+                "checked",
+                name="check_records",
+            ),
+            node(valid_only, "checked", "valid_records", name="valid_only"),
+            node(rejected_only, "checked", "rejected_records", name="rejected_only"),
+        ]
+    )
+"""
+FAN_OUT_CATALOG = "\n".join(
+    f"""{name}:
+  type: kedro_streaming.SparkStreamingDataset
+  filepath: ${{globals:output_root}}/02_intermediate/{name}
+  file_format: parquet
+  save_args:
+    checkpoint: ${{globals:output_root}}/checkpoints/{name}
+"""
+    for name in ("valid_records", "rejected_records")
+)
+
+
+def test_fan_out_is_said_at_start_and_its_figures_counted_once(
+    project, project_bin, tmp_path
+):
+    """One checked DataFrame to two sinks: two queries, each reading the
+    landing folder and checking every record. The run says so, and the
+    quarantine is counted once: the shipped landing file holds 6 records, of
+    which 3 are rejected (one too hot, one not a number, one without a
+    device)."""
+    fan_out = tmp_path / "fan-out"
+    shutil.copytree(project, fan_out, ignore=shutil.ignore_patterns("data"))
+    shutil.copytree(project / "data/01_raw", fan_out / "data/01_raw")
+    package = fan_out / "src/sensor_lab/pipelines/fanout"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .pipeline import create_pipeline\n")
+    (package / "pipeline.py").write_text(FAN_OUT_PIPELINE)
+    (fan_out / "conf/base/catalog_fanout.yml").write_text(FAN_OUT_CATALOG)
+    run(
+        [
+            project_bin / "python",
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "-e",
+            fan_out,
+        ],
+        cwd=fan_out,
+    )
+    try:
+        result = run(
+            [
+                project_bin / "kedro",
+                "run",
+                "--pipelines",
+                "fanout",
+                "--params",
+                "trigger=available_now,metrics_port=0",
+            ],
+            cwd=fan_out,
+        )
+    finally:  # the module's project again in the shared virtualenv
+        run(
+            [
+                project_bin / "python",
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "-e",
+                project,
+            ],
+            cwd=project,
+        )
+    lines = [
+        line.split(": ", 1)[1]
+        for line in result.stdout.splitlines()
+        if "kedro_streaming.queries:" in line
+    ]
+    assert (
+        "Fan-out: queries rejected_records, valid_records each read raw_records "
+        "and run parse_records, check_records on their own: 2 reads of the source "
+        "and checks of every record. To read and check once, write the shared "
+        'output to a sink and read that sink (docs/operating.md, "One source, '
+        'several sinks").'
+    ) in lines
+    assert (
+        "'valid_records' runs the same checks as rejected_records before it "
+        "(fan-out): their figures (expectations) are reported under "
+        "rejected_records only."
+    ) in lines
+    ended = sorted(line for line in lines if line.startswith("Query "))
+    # The figures, from the landing files by the schema's and the rule's terms.
+    records = [
+        json.loads(line)
+        for path in sorted((fan_out / "data/01_raw/records_landing").glob("*.json"))
+        for line in path.read_text().splitlines()
+    ]
+    unparsed = sum(
+        "device" not in r or not isinstance(r.get("temperature_c"), int | float)
+        for r in records
+    )
+    too_hot = sum(
+        "device" in r
+        and isinstance(r.get("temperature_c"), int | float)
+        and not -50 <= r["temperature_c"] <= 60
+        for r in records
+    )
+    rejected, total = unparsed + too_hot, len(records)
+    assert ended == [
+        f"Query rejected_records ended: 1 batches, {total} rows in, {rejected} "
+        f"written, {rejected} quarantined, expectations: unparsed {unparsed}, "
+        f"temperature_plausible {too_hot}.",
+        f"Query valid_records ended: 1 batches, {total} rows in, "
+        f"{total - rejected} written, 0 quarantined.",
+    ]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import yaml
 from promql import alert_states, load_rules
@@ -26,6 +27,7 @@ from reference import (
 from support import (
     AS_SHIPPED,
     FILE_BY_FILE,
+    PLUGIN_ROOT,
     PLUGIN_VERSION,
     SHARED_DATA,
     STARTER_ROOT,
@@ -35,6 +37,7 @@ from support import (
     assert_tidy_home,
     example_reference,
     free_port,
+    generate_project,
     kedro_run,
     quiet_env,
     run,
@@ -465,3 +468,61 @@ bronze_trips:
     ]
     assert firing[0] == set()  # running, before its first batch failed
     assert firing[-1] == {("KedroStreamQueryFailed", "bronze_trips")}
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings (code blocks left out)."""
+    text = re.sub(r"```.*?```", "", markdown, flags=re.DOTALL)
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+def broken_links(root: Path) -> list[str]:
+    """Every relative link of the Markdown pages under ``root`` whose file,
+    or whose heading (#anchor), is not there."""
+    broken = []
+    for page in sorted(root.rglob("*.md")):
+        if any(part.startswith(".") for part in page.relative_to(root).parts):
+            continue
+        text = page.read_text()
+        for target in LINK.findall(re.sub(r"```.*?```", "", text, flags=re.DOTALL)):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(root)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md":
+                if anchor not in heading_anchors(linked.read_text()):
+                    broken.append(
+                        f"{page.relative_to(root)}: {target} (no such heading)"
+                    )
+    return broken
+
+
+def test_every_docs_link_resolves_in_both_kinds_of_project(generated_project, tmp_path):
+    """Cross-references are links, and each link's page and heading exist:
+    in a project with the example, one without, the plugin and this
+    repository. Prose that points by position ("X" above) names a heading
+    of its own page."""
+    without_example = generate_project(tmp_path, example="none")
+    for root in (generated_project, without_example, PLUGIN_ROOT):
+        assert broken_links(root) == [], root
+        for page in sorted(root.glob("docs/*.md")):
+            text = page.read_text()
+            for quoted in re.findall(r'"([^"]+)" (?:above|below)', text):
+                assert quoted.lower().replace(" ", "-") in heading_anchors(text), (
+                    f'{page}: "{quoted}" is not a heading of the page: link it'
+                )
+    template = STARTER_ROOT / "{{ cookiecutter.repo_name }}"
+    assert [
+        problem
+        for problem in broken_links(STARTER_ROOT)
+        if not problem.startswith((template.name, PLUGIN_ROOT.name))
+    ] == []

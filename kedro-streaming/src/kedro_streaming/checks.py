@@ -861,7 +861,7 @@ def fan_out(catalog: DataCatalog, pipeline: Pipeline, sinks: list[str]) -> list[
             f"queries {', '.join(queries)} each read {', '.join(sources) or 'their sources'} "
             f"and run {', '.join(shared)} on their own: {len(queries)} reads of the "
             "source and checks of every record. To read and check once, write the "
-            "shared output to a sink and read that sink (docs/pipelines.md, "
+            "shared output to a sink and read that sink (docs/operating.md, "
             '"One source, several sinks")'
         )
     return lines
