@@ -332,6 +332,7 @@ def test_connect_server_with_another_connector_fails_before_any_stream(
         "spark.driver.memory: 1g\n"
     )
     data_root = tmp_path / "shared"
+    shutil.copytree(fresh_project / "data/01_raw", data_root / "01_raw")
     with tool_service(
         "connect",
         fresh_project,
