@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from support import SPARK_VERSION, run, send_to_one_partition, walkthrough_project
+from support import (
+    SPARK_VERSION,
+    free_port,
+    run,
+    send_to_one_partition,
+    walkthrough_project,
+)
 
 READINGS = "mistakes-readings"
 ALERTS = "mistakes-alerts"
@@ -280,6 +286,7 @@ def test_each_mistake_is_refused_before_anything_is_written(
             result.returncode != 1
             or not (got == wanted or (message is None and got.startswith(wanted)))
             or "Traceback" in result.output
+            or "register_new_resolver" in result.output
             or (SPARK_STARTED in result.output) != spark_started
         ):
             failures.append(
@@ -371,6 +378,7 @@ def test_fan_out_is_said_at_start_and_its_figures_counted_once(
     fan_out = tmp_path / "fan-out"
     shutil.copytree(project, fan_out, ignore=shutil.ignore_patterns("data"))
     shutil.copytree(project / "data/01_raw", fan_out / "data/01_raw")
+    ui_port = free_port()
     package = fan_out / "src/sensor_lab/pipelines/fanout"
     package.mkdir()
     (package / "__init__.py").write_text("from .pipeline import create_pipeline\n")
@@ -397,7 +405,8 @@ def test_fan_out_is_said_at_start_and_its_figures_counted_once(
                 "--pipelines",
                 "fanout",
                 "--params",
-                "trigger=available_now,metrics_port=0",
+                "trigger=available_now,metrics_port=0,"
+                f"spark_ui_port={ui_port},spark_ui_address=127.0.0.1",
             ],
             cwd=fan_out,
         )
@@ -415,6 +424,14 @@ def test_fan_out_is_said_at_start_and_its_figures_counted_once(
             ],
             cwd=project,
         )
+    # One line per event off a terminal, the Spark UI where --params said.
+    assert f"kedro_streaming.session: Spark UI: http://localhost:{ui_port} " in (
+        result.stdout
+    )
+    # One line per event off a terminal, the Spark UI where --params said.
+    assert f"kedro_streaming.session: Spark UI: http://localhost:{ui_port} " in (
+        result.stdout
+    )
     lines = [
         line.split(": ", 1)[1]
         for line in result.stdout.splitlines()
