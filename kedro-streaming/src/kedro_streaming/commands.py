@@ -31,6 +31,7 @@ from . import delta
 from .checks import (
     catalog_names_by_env,
     check_before_spark,
+    check_catalog_has,
     check_run,
     fan_out,
     headline,
@@ -167,19 +168,24 @@ def validate(metadata, env: str | None, pipelines: list[str]) -> None:
     Nothing is written, no checkpoint is made, no offset is read.
     """
     project = _open(metadata, env, pipelines)
+    other_envs = lambda: catalog_names_by_env(project.config_loader)  # noqa: E731
+    try:
+        check_catalog_has(project.catalog, project.pipeline, other_envs)
+    except StreamingConfigError as error:
+        # No query can be built without the datasets the error names.
+        raise click.ClickException(f"{error}\nFix it before `kedro run`.") from None
+    problems = []
     try:
         check_before_spark(
             project.catalog,
             project.pipeline,
             project.settings,
             project.state,
-            other_envs=lambda: catalog_names_by_env(project.config_loader),
+            other_envs=other_envs,
         )
     except StreamingConfigError as error:
-        # Nothing else can be checked without the datasets the error names.
-        raise click.ClickException(f"{error}\nFix it before `kedro run`.") from None
+        problems.append(str(error))
     spark = spark_session()
-    problems = []
     try:
         check_run(spark, project.catalog, project.pipeline, project.settings, env=env)
     except StreamingConfigError as error:
