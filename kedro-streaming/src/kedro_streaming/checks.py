@@ -17,7 +17,7 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Pipeline
 from pyspark.sql import SparkSession
 
-from .dataset import SparkDataset, SparkStreamingDataset
+from .dataset import APPEND_ONLY_FORMATS, SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError
 from .options import INTERVAL_TRIGGERS, OptionNames, interval_problem, option_problems
 from .session import spark_location
@@ -67,12 +67,15 @@ def check_configuration(
         for problem in dataset.source_problems()
     ]
     problems += _sinks_inside_sources(sinks, sources)
-    shared = Counter(dataset.checkpoint for dataset in sinks.values())
+    problems += _file_sinks_ahead_of_their_checkpoint(sinks)
+    where = {name: _normal(d.checkpoint) for name, d in sinks.items() if d.checkpoint}
+    shared = Counter(where.values())
     problems += [
-        f"{', '.join(sorted(n for n, d in sinks.items() if d.checkpoint == path))} "
-        f"share the checkpoint '{path}': give each sink its own"
+        f"{', '.join(sorted(n for n, p in where.items() if p == path))} share the "
+        f"checkpoint '{next(sinks[n].checkpoint for n in sorted(where) if where[n] == path)}'"
+        ": give each sink its own"
         for path, count in shared.items()
-        if path and count > 1
+        if count > 1
     ]
     if problems:
         raise StreamingConfigError(
@@ -102,6 +105,49 @@ def _sinks_inside_sources(
                     "stream would read its own output. Give the sink a folder of "
                     "its own, outside the source's"
                 )
+    return problems
+
+
+def _normal(path: str) -> str:
+    """One spelling per place: ``data/x/``, ``./data/x`` and the absolute
+    path of a local folder are the same checkpoint."""
+    if "://" in path and not path.startswith("file://"):
+        return path.rstrip("/")
+    return str(_folder(path))
+
+
+def _file_sinks_ahead_of_their_checkpoint(
+    sinks: dict[str, SparkStreamingDataset],
+) -> list[str]:
+    """A file sink whose folder holds batches committed under an earlier
+    checkpoint, with a new checkpoint: Spark's file sink skips each batch
+    whose id its ``_spark_metadata`` log already has, so the new query's
+    first batches would be read, recorded as done, and never written."""
+    problems = []
+    for name, dataset in sinks.items():
+        if dataset.file_format not in APPEND_ONLY_FORMATS or not dataset.path:
+            continue
+        if dataset.foreach_batch or has_progress(dataset.checkpoint):
+            continue
+        fs, root = fsspec.core.url_to_fs(dataset.path)
+        log = f"{root}/_spark_metadata"
+        batches = (
+            [
+                entry
+                for entry in fs.ls(log, detail=False)
+                if entry.rstrip("/").rsplit("/", 1)[-1].split(".")[0].isdigit()
+            ]
+            if fs.exists(log)
+            else []
+        )
+        if batches:
+            problems.append(
+                f"'{name}' has a new checkpoint, but its folder '{dataset.path}' already "
+                f"holds {len(batches)} batches written under an earlier one: "
+                "Spark's file sink would skip as many batches of the new query "
+                f"without writing them. Start both afresh with `kedro streams "
+                f"reset {name}`, or give the sink a new folder"
+            )
     return problems
 
 

@@ -155,6 +155,11 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return dict(self._load_args)
 
     @property
+    def foreach_batch(self) -> str | None:
+        """The ``foreach_batch`` function that writes each micro-batch, if any."""
+        return self._foreach_batch
+
+    @property
     def writer_options(self) -> dict[str, Any]:
         """The writer's options from ``save_args`` (credentials not included)."""
         return dict(self._writer_options)
@@ -254,13 +259,21 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
 
     def data_problems(self, data: DataFrame) -> list[str]:
         """Says what keeps this sink from writing ``data``, before its query starts."""
-        if self._file_format == "kafka" and not self._writer_options.get("topic"):
-            if "topic" not in data.columns:
-                return [
+        problems = []
+        if self._file_format == "kafka" and not self._foreach_batch:
+            if "value" not in data.columns:
+                problems.append(
+                    "writes to Kafka without a `value` column (its columns: "
+                    f"{', '.join(data.columns)}): select one, e.g. "
+                    '`F.to_json(F.struct("*")).alias("value")`, and a `key` if '
+                    "messages need one"
+                )
+            if not self._writer_options.get("topic") and "topic" not in data.columns:
+                problems.append(
                     "writes to Kafka without a topic: add `save_args: {topic: ...}`, "
                     "or give each row its topic in a `topic` column"
-                ]
-        return []
+                )
+        return problems
 
     def source_problems(self) -> list[str]:
         """Says what keeps this dataset from being read, before any query starts.
