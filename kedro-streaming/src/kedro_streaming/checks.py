@@ -21,7 +21,7 @@ from .dataset import APPEND_ONLY_FORMATS, SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError
 from .options import INTERVAL_TRIGGERS, OptionNames, interval_problem, option_problems
 from .session import spark_location
-from .state import StreamState
+from .state import SETTING_NAMES, StreamState
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,54 @@ def run_trigger(settings: dict[str, Any]) -> dict[str, Any] | None:
             "(run until stopped)."
         )
     return {"availableNow": True} if trigger == "available_now" else None
+
+
+def check_settings(settings: dict[str, Any]) -> None:
+    """Fails on a ``streaming.yml`` setting the runtime does not read (a
+    misspelt one would leave the default in force without a word)."""
+    unknown = sorted(set(settings) - set(SETTING_NAMES))
+    if unknown:
+        lines = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, SETTING_NAMES, n=1, cutoff=0.6)
+            lines.append(
+                f"'{name}'" + (f": did you mean '{close[0]}'?" if close else "")
+            )
+        raise StreamingConfigError(
+            "streaming.yml sets what the runtime does not read:\n  - "
+            + "\n  - ".join(lines)
+            + f"\nIts settings: {', '.join(SETTING_NAMES)}."
+        )
+
+
+def check_spark_settings(spark: SparkSession, conf: dict[str, str]) -> None:
+    """Warns about a ``spark.yml`` key that Spark does not know but is close
+    to one it does (``spark.sql.shufle.partitions``): Spark keeps any key,
+    and ignores what it does not read. Only a warning, since plugins (Delta,
+    catalogs) read keys of their own."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return
+    try:
+        entries = jvm.java.lang.Class.forName(
+            "org.apache.spark.internal.config.ConfigEntry$"
+        )
+        field = entries.getDeclaredField("knownConfigs")
+        field.setAccessible(True)
+        known = set(field.get(entries.getField("MODULE$").get(None)).keySet())
+    except Exception as error:  # noqa: BLE001 (another Spark's internals)
+        logger.debug("spark.yml's keys not checked: %s", error)
+        return
+    for key in sorted(conf):
+        if key in known or not key.startswith("spark."):
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.9)
+        if close:
+            logger.warning(
+                "spark.yml sets '%s', which Spark does not read: did you mean '%s'?",
+                key,
+                close[0],
+            )
 
 
 def check_configuration(
@@ -480,6 +528,7 @@ def check_before_spark(
             (read only when one is missing).
     """
     run_trigger(settings)
+    check_settings(settings)
     other_envs = other_envs or dict
     check_catalog_has(catalog, pipeline, other_envs)
     sinks = streaming_datasets(catalog, pipeline.all_outputs())
@@ -675,11 +724,37 @@ def check_kafka_topics(
                 "in its load_args: `startingOffsets: earliest` to read them, or "
                 "`startingOffsets: latest` to skip them knowingly"
             )
+    for name, dataset in sinks.items():
+        _say_new_sink_topic(name, dataset)
     if problems:
         raise StreamingConfigError(
             "Kafka topics in conf/ cannot be read as configured:\n  - "
             + "\n  - ".join(problems)
         )
+
+
+def _say_new_sink_topic(name: str, dataset: SparkStreamingDataset) -> None:
+    """Warns when a Kafka sink writes a topic that the brokers do not have:
+    they create it at the first message (a misspelt topic too, and the
+    checkpoint then moves on past what went there)."""
+    topic = dataset.writer_options.get("topic")
+    if dataset.file_format != "kafka" or not topic:
+        return
+    try:
+        _, existing = _topic_messages(dataset, [])
+    except Exception:  # noqa: BLE001 (the sources' check says why)
+        return
+    if topic in existing:
+        return
+    close = difflib.get_close_matches(str(topic), sorted(existing), n=3, cutoff=0.6)
+    logger.warning(
+        "'%s' writes to the topic '%s', which the brokers at %s do not have yet: "
+        "they create it at its first message%s.",
+        name,
+        topic,
+        dataset.kafka_client_config.get("bootstrap.servers", ""),
+        f" (existing topics close to it: {', '.join(close)})" if close else "",
+    )
 
 
 def _subscribed_topics(options: dict[str, str]) -> list[str]:
@@ -730,6 +805,24 @@ def has_progress(checkpoint: str | None) -> bool:
     return fs.exists(offsets) and bool(fs.ls(offsets, detail=False))
 
 
+def source_position(checkpoint: str | None) -> list[str]:
+    """Where a query's sources stand: the source lines of its checkpoint's
+    last offsets file (Kafka offsets, a file source's log offset); empty
+    for a new checkpoint."""
+    if not has_progress(checkpoint):
+        return []
+    fs, root = fsspec.core.url_to_fs(checkpoint)
+    batches = [
+        entry.rstrip("/").rsplit("/", 1)[-1]
+        for entry in fs.ls(f"{root}/offsets", detail=False)
+    ]
+    last = max((int(b) for b in batches if b.isdigit()), default=None)
+    if last is None:
+        return []
+    lines = fs.cat_file(f"{root}/offsets/{last}").decode().splitlines()
+    return [line for line in lines[2:] if line.strip()]
+
+
 def check_catalog_has(catalog: DataCatalog, pipeline: Pipeline, other_envs) -> None:
     """Fails on a pipeline input that the run's catalog does not have,
     naming the environments whose catalog declares it.
@@ -741,6 +834,15 @@ def check_catalog_has(catalog: DataCatalog, pipeline: Pipeline, other_envs) -> N
     if not missing:
         return
     lines, declared = [], other_envs()
+    known = [key for key in catalog.keys() if key.startswith("params:")]  # noqa: SIM118
+    for name in [n for n in missing if n.startswith("params:")]:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        lines.append(
+            f"'{name}': no parameter {name.removeprefix('params:')} in "
+            "conf/<env>/parameters*.yml"
+            + (f": did you mean '{close[0]}'?" if close else "")
+        )
+    missing = [n for n in missing if not n.startswith("params:")]
     for name in missing:
         envs = sorted(env for env, names in declared.items() if name in names)
         lines.append(
@@ -822,7 +924,10 @@ def headline(error: BaseException, limit: int = 1000) -> str:
 
 
 def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    # Without control characters: Spark quotes binary files' bytes (a NUL
+    # makes grep call a log binary).
+    text = "".join(c if c.isprintable() or c == "\n" else " " for c in str(error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
 
 

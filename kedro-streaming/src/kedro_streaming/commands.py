@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 import fsspec
-from kedro.framework.cli.utils import env_option, split_string
+from kedro.framework.cli.utils import _split_params, env_option, split_string
 from kedro.framework.project import pipelines as registered_pipelines
 from kedro.framework.session import KedroSession
 from kedro.io import DataCatalog
@@ -51,7 +51,8 @@ pipelines_option = click.option(
     type=str,
     default="",
     callback=split_string,
-    help="Comma-separated pipelines, as for `kedro run` (default: __default__).",
+    help="Comma-separated pipelines, as for `kedro run` (default: validate, "
+    "__default__; the other commands, every pipeline).",
 )
 
 
@@ -86,8 +87,12 @@ class _Project:
         }
 
 
-def _open(metadata, env: str | None, names: list[str]) -> _Project:
-    session = KedroSession.create(project_path=metadata.project_path, env=env)
+def _open(
+    metadata, env: str | None, names: list[str], params: dict | None = None
+) -> _Project:
+    session = KedroSession.create(
+        project_path=metadata.project_path, env=env, runtime_params=params or None
+    )
     context = session.load_context()
     settings = streaming_settings(context.config_loader)
     selected = names or ["__default__"]
@@ -161,13 +166,21 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
 @streams.command()
 @env_option
 @pipelines_option
+@click.option(
+    "--params",
+    type=click.UNPROCESSED,
+    default="",
+    callback=_split_params,
+    help="As for `kedro run`: the run's parameters and settings, e.g. "
+    "trigger_interval=1 second.",
+)
 @click.pass_obj
-def validate(metadata, env: str | None, pipelines: list[str]) -> None:
+def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
     """Builds every streaming query up to its start and checks it (a dry run).
 
     Nothing is written, no checkpoint is made, no offset is read.
     """
-    project = _open(metadata, env, pipelines)
+    project = _open(metadata, env, pipelines, params)
     other_envs = lambda: catalog_names_by_env(project.config_loader)  # noqa: E731
     try:
         check_catalog_has(project.catalog, project.pipeline, other_envs)

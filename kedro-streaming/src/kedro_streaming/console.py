@@ -11,7 +11,7 @@ import logging
 import sys
 import warnings
 
-from .errors import StreamingConfigError
+from .errors import StreamingConfigError, StreamingQueryFailed
 
 # One event, one line: grep a progress line from a file or a CI log.
 LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -49,15 +49,16 @@ def quiet_resolver_deprecation() -> None:
 
 
 def short_config_errors() -> None:
-    """Prints a configuration error as its message, without the stack trace:
-    the message names the cause and the fix; the trace would show the
-    runtime's own code. Any other error keeps its trace."""
+    """Prints a configuration error, or a failed query, as its message
+    without the stack trace: the message names the cause and the fix (a
+    failed query's names Spark's reason); the trace would show the runtime's
+    own code and py4j's. Any other error keeps its trace."""
     previous = sys.excepthook
     if getattr(previous, "short_config_errors", False):
         return
 
     def excepthook(kind, error, trace) -> None:
-        if isinstance(error, StreamingConfigError):
+        if isinstance(error, StreamingConfigError | StreamingQueryFailed):
             print(f"{kind.__name__}: {error}", file=sys.stderr)  # noqa: T201
             return
         previous(kind, error, trace)

@@ -34,6 +34,7 @@ from .checks import (
     query_sources,
     real_time_plan_problem,
     run_trigger,
+    source_position,
     streaming_datasets,
 )
 from .console import one_line_off_terminal, short_config_errors
@@ -144,9 +145,10 @@ class StreamingQueryHooks:
             self._metrics.started(dataset_name, query, self._triggers[dataset_name])
         self._state.heartbeat(list(self._queries), force=True)
         logger.info(
-            "Started streaming query '%s' (id %s): %s.",
+            "Started streaming query '%s' (id %s) from %s: %s.",
             dataset_name,
             query.id,
+            self._describe_sources(dataset_name),
             describe_trigger(self._triggers[dataset_name]),
         )
 
@@ -315,8 +317,22 @@ class StreamingQueryHooks:
         repeated = {}
         for observation in observed_metrics(data):
             first = self._observed_by.setdefault(observation, name)
-            if first != name:
-                repeated[observation[0]] = first
+            if first == name:
+                continue
+            # Counted once only where both queries read the same records: a
+            # query whose checkpoint stands elsewhere reads others.
+            if source_position(self._checkpoint(name)) != source_position(
+                self._checkpoint(first)
+            ):
+                logger.info(
+                    "'%s' runs the same checks as %s, from another position in "
+                    "their sources (its checkpoint is not at the same offsets): "
+                    "it reports its own figures.",
+                    name,
+                    first,
+                )
+                continue
+            repeated[observation[0]] = first
         if repeated:
             self._progress.leave_to(name, set(repeated))
             logger.info(
@@ -327,6 +343,30 @@ class StreamingQueryHooks:
                 ", ".join(sorted(repeated)),
                 ", ".join(sorted(set(repeated.values()))),
             )
+
+    def _describe_sources(self, name: str) -> str:
+        """What a query reads, for its start line: which environment's
+        source a run uses shows there."""
+        if self._catalog is None or self._pipeline is None:
+            return "its sources"
+        parts = []
+        for source, dataset in query_sources(
+            self._catalog, self._pipeline, name
+        ).items():
+            options = dataset.load_options
+            topic = options.get("subscribe") or options.get("subscribePattern")
+            parts.append(
+                f"{source} (Kafka {topic or 'assigned partitions'})"
+                if dataset.file_format == "kafka"
+                else f"{source} ({dataset.file_format} at {dataset.path})"
+                if dataset.path
+                else f"{source} ({dataset.file_format})"
+            )
+        return ", ".join(parts) or "its sources"
+
+    def _checkpoint(self, name: str) -> str | None:
+        dataset = self._dataset(name)
+        return dataset.checkpoint if dataset is not None else None
 
     def _kafka_topics(self, name: str) -> str:
         """The Kafka topics a query reads or writes, for its failure message."""

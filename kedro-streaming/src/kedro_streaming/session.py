@@ -129,7 +129,17 @@ def spark_session() -> SparkSession:
         launch = without_resolution(conf)
         resolved_here = launch is conf
         _start_jvm(launch)
-    spark = SparkSession.builder.config(map=conf).getOrCreate()
+    try:
+        spark = SparkSession.builder.config(map=conf).getOrCreate()
+    except Exception as error:  # Py4J's error: Spark refused a setting
+        if remote:
+            raise
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        cause = next((line for line in lines if "Exception:" in line), lines[0])
+        raise StreamingConfigError(
+            f"Spark did not start with the settings of spark.yml: {cause} Fix "
+            "conf/<env>/spark.yml (or the --params that set it)."
+        ) from None
     if resolved_here:
         remember_resolution(conf, spark.sparkContext.getConf().get("spark.jars", ""))
     logger.info(
@@ -165,6 +175,10 @@ def spark_session() -> SparkSession:
         )
     if spark_location(spark):
         _send_project_code(spark)
+    if not remote:
+        from .checks import check_spark_settings  # noqa: PLC0415 (imports this)
+
+        check_spark_settings(spark, conf)
     return spark
 
 
