@@ -175,22 +175,34 @@ def generate_project(workdir: Path, **config: str) -> Path:
     return workdir / config["project_name"].lower().replace(" ", "-")
 
 
-# A whole file in a docs page: a fenced block whose first line names its path.
-FILE_BLOCK = re.compile(r"```(?:python|yaml)\n# (\S+)\n(.*?)```", re.DOTALL)
+# In a docs page: a whole file (a fenced block whose first line names its
+# path), or a block of commands.
+PAGE_BLOCK = re.compile(
+    r"```(?:(?:python|yaml)\n# (?P<path>\S+)\n(?P<body>.*?)|bash\n(?P<commands>.*?))```",
+    re.DOTALL,
+)
 
 
-def walkthrough_project(made: Path, workdir: Path, servers: str) -> Path:
-    """A copy of a project made with `example: none`, with every file of its
-    docs/your-own-stream.md written, its broker at ``servers``."""
+def walkthrough_project(made: Path, workdir: Path, servers: str, commands=None) -> Path:
+    """A copy of a project made with `example: none`, with the files of its
+    docs/your-own-stream.md written and, if ``commands`` is given, each
+    block of commands handed to it, in the page's order: a command that the
+    page shows before the file it needs fails as the reader's would. The
+    broker is at ``servers``."""
     project = workdir / made.name
     shutil.copytree(made, project)
     page = (project / "docs/your-own-stream.md").read_text()
-    for path, body in FILE_BLOCK.findall(page):
-        target = project / path
+    for block in PAGE_BLOCK.finditer(page):
+        if block["commands"] is not None:
+            if commands is not None:
+                commands(block["commands"])
+            continue
+        target = project / block["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f"# {path}\n{body}")
-    globals_yml = project / "conf/kafka/globals.yml"
-    globals_yml.write_text(globals_yml.read_text().replace("localhost:9092", servers))
+        body = block["body"]
+        if block["path"] == "conf/kafka/globals.yml":
+            body = body.replace("localhost:9092", servers)
+        target.write_text(f"# {block['path']}\n{body}")
     return project
 
 
