@@ -162,8 +162,8 @@ CASES = [
             ],
         },
         ["--pipelines", "records"],
-        "StreamingConfigError: The pipeline reads datasets that this environment's "
-        "catalog does not have:\n"
+        "StreamingConfigError: The pipeline reads what this environment does not "
+        "declare:\n"
         "  - 'sensor_readings': declared in conf/kafka/catalog.yml: run with "
         "`--env kafka`",
         False,
@@ -200,7 +200,8 @@ CASES = [
     ),
     (
         "a checkpoint shared by two queries",
-        {CATALOG: [("checkpoints/device_alerts", "checkpoints/checked_records")]},
+        # The same folder, spelt another way.
+        {CATALOG: [("checkpoints/device_alerts", "checkpoints/checked_records/")]},
         BOTH,
         "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
         "  - checked_records, device_alerts share the checkpoint "
@@ -262,6 +263,38 @@ CASES = [
         f"{SPARK_VERSION} built for Scala 2.13. Fix: set spark.jars.packages in "
         "conf/base/spark.yml to org.apache.spark:spark-sql-kafka-0-10_2.13:"
         f"{SPARK_VERSION}, or install the pyspark the connector was built for.",
+        False,
+    ),
+    (
+        "a misspelt setting in streaming.yml",
+        {"conf/base/streaming.yml": [("\ntrigger_interval:", "\ntrigger_intervall:")]},
+        ["--pipelines", "records"],
+        "StreamingConfigError: streaming.yml sets what the runtime does not read:\n"
+        "  - 'trigger_intervall': did you mean 'trigger_interval'?\n"
+        "Its settings: trigger, trigger_interval, metrics_address, metrics_port, "
+        "metrics_serve_after_failure, kafka_connect_timeout, state_dir, "
+        "progress_log_max_bytes, spark_ui_port, spark_ui_address.",
+        False,
+    ),
+    (
+        "a value Spark refuses in spark.yml",
+        {
+            "conf/base/spark.yml": [
+                ("spark.ui.enabled: true", "spark.ui.enabled: flase")
+            ]
+        },
+        ["--pipelines", "records"],
+        "StreamingConfigError: Spark did not start with the settings of spark.yml: …",
+        False,
+    ),
+    (
+        "a parameter the pipeline reads, misspelt",
+        {"conf/base/parameters.yml": [("record_schema:", "records_schema:")]},
+        ["--pipelines", "records"],
+        "StreamingConfigError: The pipeline reads what this environment does not "
+        "declare:\n"
+        "  - 'params:record_schema': no parameter record_schema in "
+        "conf/<env>/parameters*.yml: did you mean 'params:records_schema'?",
         False,
     ),
     (
@@ -489,3 +522,37 @@ def test_fan_out_is_said_at_start_and_its_figures_counted_once(
         f"Query valid_records ended: 1 batches, {total} rows in, "
         f"{total - rejected} written, 0 quarantined.",
     ]
+
+
+def test_a_new_checkpoint_over_a_file_sinks_batches_is_refused(
+    project, project_bin, tmp_path
+):
+    """Spark's file sink skips each batch id its folder's log already has: a
+    checkpoint deleted (or moved) under a table would have the next run read
+    everything, record it as done, and write nothing."""
+    copy = tmp_path / "again"
+    shutil.copytree(project, copy)
+    bounded = [
+        "--pipelines",
+        "records",
+        "--params",
+        "trigger=available_now,metrics_port=0",
+    ]
+    run([project_bin / "kedro", "run", *bounded], cwd=copy)
+    table = copy / "data/02_intermediate/checked_records"
+    written = sorted(p.name for p in table.glob("*.parquet"))
+    assert written
+    shutil.rmtree(copy / "data/checkpoints/checked_records")
+
+    result = run([project_bin / "kedro", "run", *bounded], cwd=copy, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith(
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        f"  - 'checked_records' has a new checkpoint, but its folder '{table}' "
+        "already holds 1 batches written under an earlier one: Spark's file sink "
+        "would skip as many batches of the new query without writing them. Start "
+        "both afresh with `kedro streams reset checked_records`, or give the sink "
+        "a new folder"
+    )
+    assert sorted(p.name for p in table.glob("*.parquet")) == written
+    assert not (copy / "data/checkpoints/checked_records").exists()

@@ -855,8 +855,8 @@ def check_catalog_has(catalog: DataCatalog, pipeline: Pipeline, other_envs) -> N
             "conf/base/catalog.yml (or the environment's catalog.yml)"
         )
     raise StreamingConfigError(
-        "The pipeline reads datasets that this environment's catalog does not "
-        "have:\n  - " + "\n  - ".join(lines)
+        "The pipeline reads what this environment does not declare:\n  - "
+        + "\n  - ".join(lines)
     )
 
 
