@@ -432,19 +432,12 @@ def test_fan_out_is_said_at_start_and_its_figures_counted_once(
     (package / "__init__.py").write_text("from .pipeline import create_pipeline\n")
     (package / "pipeline.py").write_text(FAN_OUT_PIPELINE)
     (fan_out / "conf/base/catalog_fanout.yml").write_text(FAN_OUT_CATALOG)
-    run(
-        [
-            project_bin / "python",
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "-e",
-            fan_out,
-        ],
-        cwd=fan_out,
-    )
+
+    def install(folder: Path) -> None:
+        pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
+        run([*pip, "-e", folder], cwd=folder)
+
+    install(fan_out)
     try:
         result = run(
             [
@@ -459,19 +452,7 @@ def test_fan_out_is_said_at_start_and_its_figures_counted_once(
             cwd=fan_out,
         )
     finally:  # the module's project again in the shared virtualenv
-        run(
-            [
-                project_bin / "python",
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-deps",
-                "-e",
-                project,
-            ],
-            cwd=project,
-        )
+        install(project)
     # One line per event off a terminal, the Spark UI where --params said.
     assert f"kedro_streaming.session: Spark UI: http://localhost:{ui_port} " in (
         result.stdout

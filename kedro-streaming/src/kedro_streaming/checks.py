@@ -598,49 +598,31 @@ def check_options(
     a value it would refuse (or misread), naming the closest known name."""
     names = OptionNames(spark)
     problems = []
-    for name, dataset in sources.items():
-        problems += [
-            f"'{name}' {problem}"
-            for problem in option_problems(
-                names,
-                dataset.file_format,
-                "source",
-                dataset.load_options,
-                args_name="load_args",
-                spark_version=spark.version,
-            )
-        ]
-    for name, dataset in sinks.items():
-        problems += [
-            f"'{name}' {problem}"
-            for problem in option_problems(
-                names,
-                dataset.file_format,
-                "sink",
-                dataset.writer_options,
-                args_name="save_args",
-                spark_version=spark.version,
-            )
-        ]
+    for name, dataset in {**sources, **sinks}.items():
+        source = name in sources
+        direction, args_name, options = (
+            ("source", "load_args", dataset.load_options)
+            if source
+            else ("sink", "save_args", dataset.writer_options)
+        )
+        credentials = {key: "" for key in dataset.credential_keys}  # names only
+        for where, checked in ((args_name, options), ("credentials", credentials)):
+            problems += [
+                f"'{name}' {problem}"
+                for problem in option_problems(
+                    names,
+                    dataset.file_format,
+                    direction,
+                    checked,
+                    args_name=where,
+                    spark_version=spark.version,
+                )
+            ]
         kind, value = next(iter((dataset.trigger or {None: None}).items()))
-        if kind in INTERVAL_TRIGGERS:
+        if not source and kind in INTERVAL_TRIGGERS:
             problem = interval_problem(spark, value)
             if problem:
                 problems.append(f"'{name}' has trigger {kind}: {problem}")
-    for name, dataset in {**sources, **sinks}.items():
-        direction = "source" if name in sources else "sink"
-        credentials = {key: "" for key in dataset.credential_keys}
-        problems += [
-            f"'{name}' {problem}"
-            for problem in option_problems(
-                names,
-                dataset.file_format,
-                direction,
-                credentials,
-                args_name="credentials",
-                spark_version=spark.version,
-            )
-        ]
     if settings.get("trigger", "processing_time") == "processing_time":
         interval = settings.get("trigger_interval", "10 seconds")
         problem = interval_problem(spark, interval)
