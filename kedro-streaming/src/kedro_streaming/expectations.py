@@ -97,7 +97,7 @@ def expectations_from_config(
         if not isinstance(expect, str) or not expect.strip():
             raise StreamingConfigError(
                 f"{where}: `expect` must be a Spark SQL boolean expression "
-                "that a good record satisfies, e.g. `fare_amount >= 0`."
+                "that a good record satisfies, e.g. `<column> >= 0` or `<column> IS NOT NULL`."
             )
         if action not in ACTIONS:
             raise StreamingConfigError(
@@ -268,7 +268,7 @@ def _check_rules(
             raise StreamingConfigError(
                 f"{_where(expectation, declared_in)}: `{expectation.expect}` is a "
                 f"{kind.dataType.simpleString()}, not a boolean: write a condition "
-                "that a good record satisfies, e.g. `fare_amount >= 0`."
+                "that a good record satisfies, e.g. `<column> >= 0` or `<column> IS NOT NULL`."
             )
 
 
