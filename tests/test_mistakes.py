@@ -89,6 +89,12 @@ def topic_ends(servers: str) -> dict[str, int]:
 
 CATALOG = "conf/kafka/catalog.yml"
 BASE_CATALOG = "conf/base/catalog.yml"
+# A sink's trigger that Spark cannot read (made in the validate test).
+WRONG_TRIGGER = (
+    "checkpoint: ${globals:output_root}/checkpoints/checked_records",
+    "checkpoint: ${globals:output_root}/checkpoints/checked_records\n"
+    "    trigger: {processingTime: ten seconds}",
+)
 # (case, files edited, `kedro run` arguments, the message, whether Spark started)
 CASES = [
     (
@@ -207,24 +213,6 @@ CASES = [
         "  - checked_records, device_alerts share the checkpoint "
         "'data/kafka/checkpoints/checked_records': give each sink its own",
         False,
-    ),
-    (
-        "a trigger that does not parse",
-        {
-            BASE_CATALOG: [
-                (
-                    "checkpoint: ${globals:output_root}/checkpoints/checked_records",
-                    "checkpoint: ${globals:output_root}/checkpoints/checked_records\n"
-                    "    trigger: {processingTime: ten seconds}",
-                )
-            ]
-        },
-        ["--pipelines", "records"],
-        "StreamingConfigError: Options in conf/ that Spark would ignore or refuse:\n"
-        "  - 'checked_records' has trigger processingTime: 'ten seconds' is not an "
-        "interval Spark reads: write e.g. '10 seconds', '500 milliseconds' or "
-        "'1 minute'",
-        True,
     ),
     (
         "a wrong type in the schema",
@@ -353,15 +341,21 @@ def test_each_mistake_is_refused_before_anything_is_written(
 
 def test_validate_names_the_same_mistakes_without_running(project, project_bin):
     """`kedro streams validate` refuses what `kedro run` would, and lists every
-    problem of a kind at once."""
-    with mistake(project, CASES[0][1]):
+    problem of a kind at once: the options' above, and a trigger that does
+    not parse."""
+    edits = {**CASES[0][1], BASE_CATALOG: [WRONG_TRIGGER]}
+    with mistake(project, edits):
         result = run(
             [project_bin / "kedro", "streams", "validate", *KAFKA_ENV],
             cwd=project,
             check=False,
         )
     assert result.returncode == 1
-    options = CASES[0][3].removeprefix("StreamingConfigError: ")
+    options = CASES[0][3].removeprefix("StreamingConfigError: ") + (
+        "\n  - 'checked_records' has trigger processingTime: 'ten seconds' is not "
+        "an interval Spark reads: write e.g. '10 seconds', '500 milliseconds' or "
+        "'1 minute'"
+    )
     assert "- " + options.replace("\n", "\n  ") in result.stderr
     assert "Traceback" not in result.output
     assert not (project / "data/kafka").exists()
@@ -415,7 +409,7 @@ FAN_OUT_CATALOG = "\n".join(
 )
 
 
-def test_fan_out_is_said_at_start_and_its_figures_counted_once(
+def test_fan_out_said_and_counted_once_then_a_checkpoint_deleted_under_its_table(
     project, project_bin, tmp_path
 ):
     """One checked DataFrame to two sinks: two queries, each reading the
@@ -437,26 +431,41 @@ def test_fan_out_is_said_at_start_and_its_figures_counted_once(
         pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
         run([*pip, "-e", folder], cwd=folder)
 
+    bounded = [
+        "--pipelines",
+        "fanout",
+        "--params",
+        "trigger=available_now,metrics_port=0",
+    ]
     install(fan_out)
     try:
         result = run(
             [
-                project_bin / "kedro",
-                "run",
-                "--pipelines",
-                "fanout",
-                "--params",
-                "trigger=available_now,metrics_port=0,"
-                f"spark_ui_port={ui_port},spark_ui_address=127.0.0.1",
+                *(project_bin / "kedro", "run", *bounded[:-1]),
+                f"{bounded[-1]},spark_ui_port={ui_port},spark_ui_address=127.0.0.1",
             ],
             cwd=fan_out,
         )
+        # Then the checkpoint of one sink deleted under its table: Spark's file
+        # sink skips each batch id its folder's log already has, so the next
+        # run would read everything, record it as done, and write nothing.
+        table = fan_out / "data/02_intermediate/valid_records"
+        written = sorted(p.name for p in table.glob("*.parquet"))
+        shutil.rmtree(fan_out / "data/checkpoints/valid_records")
+        again = run([project_bin / "kedro", "run", *bounded], cwd=fan_out, check=False)
     finally:  # the module's project again in the shared virtualenv
         install(project)
-    # One line per event off a terminal, the Spark UI where --params said.
-    assert f"kedro_streaming.session: Spark UI: http://localhost:{ui_port} " in (
-        result.stdout
+    assert again.returncode == 1
+    assert again.stderr.strip().endswith(
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        f"  - 'valid_records' has a new checkpoint, but its folder '{table}' "
+        "already holds 1 batches written under an earlier one: Spark's file sink "
+        "would skip as many batches of the new query without writing them. Start "
+        "both afresh with `kedro streams reset valid_records`, or give the sink a "
+        "new folder"
     )
+    assert sorted(p.name for p in table.glob("*.parquet")) == written != []
+    assert not (fan_out / "data/checkpoints/valid_records").exists()
     # One line per event off a terminal, the Spark UI where --params said.
     assert f"kedro_streaming.session: Spark UI: http://localhost:{ui_port} " in (
         result.stdout
@@ -503,37 +512,3 @@ def test_fan_out_is_said_at_start_and_its_figures_counted_once(
         f"Query valid_records ended: 1 batches, {total} rows in, "
         f"{total - rejected} written, 0 quarantined.",
     ]
-
-
-def test_a_new_checkpoint_over_a_file_sinks_batches_is_refused(
-    project, project_bin, tmp_path
-):
-    """Spark's file sink skips each batch id its folder's log already has: a
-    checkpoint deleted (or moved) under a table would have the next run read
-    everything, record it as done, and write nothing."""
-    copy = tmp_path / "again"
-    shutil.copytree(project, copy)
-    bounded = [
-        "--pipelines",
-        "records",
-        "--params",
-        "trigger=available_now,metrics_port=0",
-    ]
-    run([project_bin / "kedro", "run", *bounded], cwd=copy)
-    table = copy / "data/02_intermediate/checked_records"
-    written = sorted(p.name for p in table.glob("*.parquet"))
-    assert written
-    shutil.rmtree(copy / "data/checkpoints/checked_records")
-
-    result = run([project_bin / "kedro", "run", *bounded], cwd=copy, check=False)
-    assert result.returncode == 1
-    assert result.stderr.strip().endswith(
-        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
-        f"  - 'checked_records' has a new checkpoint, but its folder '{table}' "
-        "already holds 1 batches written under an earlier one: Spark's file sink "
-        "would skip as many batches of the new query without writing them. Start "
-        "both afresh with `kedro streams reset checked_records`, or give the sink "
-        "a new folder"
-    )
-    assert sorted(p.name for p in table.glob("*.parquet")) == written
-    assert not (copy / "data/checkpoints/checked_records").exists()

@@ -139,11 +139,19 @@ class OptionNames:
             if jvm is not None
             else None
         )
+        # Each format's names are read once: each costs py4j round trips.
+        self._known: dict[tuple[str, str], dict[str, str] | None] = {}
 
     def known(self, file_format: str, direction: str) -> dict[str, str] | None:
         """Lower-case name -> spelling, for the reader (``source``) or writer
         (``sink``) of ``file_format``; ``None`` when not known here (another
         format, Spark Connect, a connector not loaded)."""
+        key = (file_format, direction)
+        if key not in self._known:
+            self._known[key] = self._read(file_format, direction)
+        return self._known[key]
+
+    def _read(self, file_format: str, direction: str) -> dict[str, str] | None:
         if self._loader is None:
             return None
         try:
@@ -156,6 +164,12 @@ class OptionNames:
     def kafka_client(self, direction: str) -> set[str] | None:
         """The Kafka client's configuration names (case-sensitive), without
         the ``kafka.`` prefix Spark's options give them."""
+        key = ("kafka client", direction)
+        if key not in self._known:
+            self._known[key] = self._read_kafka_client(direction)
+        return self._known[key]
+
+    def _read_kafka_client(self, direction: str) -> set[str] | None:
         if self._loader is None:
             return None
         try:
