@@ -20,7 +20,6 @@ import pytest
 pytest.register_assert_rewrite("support")
 
 from support import (  # noqa: E402
-    OTHER_SPARK_VERSIONS,
     PACKAGE,
     PLUGIN_SOURCE,
     SASL_PASSWORD,
@@ -28,7 +27,6 @@ from support import (  # noqa: E402
     generate_project,
     install_project,
     run,
-    start_line_projects,
     tool_service,
 )
 
@@ -38,28 +36,6 @@ def generated_project(tmp_path_factory) -> Path:
     """A pristine project, as `kedro new --starter=<this repo> --config` makes it
     (the default Spark line)."""
     return generate_project(tmp_path_factory.mktemp("generated"))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def other_lines_in_background(request, tmp_path_factory):
-    """Starts making the other Spark lines' projects and virtualenvs when the
-    session starts, if it runs tests/test_spark_lines.py; they are ready by
-    the time it does (most of it is downloading each line's PySpark)."""
-    wanted = any(
-        item.module.__name__ == "test_spark_lines"
-        and "line_project" in getattr(item, "fixturenames", ())
-        for item in request.session.items
-    )
-    if not (wanted and OTHER_SPARK_VERSIONS):
-        yield None
-        return
-    workdir = tmp_path_factory.mktemp("spark-lines")
-    process = start_line_projects(workdir, OTHER_SPARK_VERSIONS)
-    try:
-        yield workdir, process
-    finally:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture(scope="session")

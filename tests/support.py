@@ -239,45 +239,6 @@ OTHER_SPARK_VERSIONS = [
 ]
 
 
-def start_line_projects(workdir: Path, versions: list[str]) -> subprocess.Popen:
-    """Makes each Spark line's project and virtualenv (``make_line_project``)
-    in a process of its own, while the first tests run: most of it is
-    downloading PySpark. ``line_projects`` waits for it."""
-    script = (
-        "import json, sys\n"
-        "from pathlib import Path\n"
-        "from support import make_line_project, run\n"
-        "workdir = Path(sys.argv[1])\n"
-        "made = {v: [str(p) for p in make_line_project(workdir / f'spark-{v}', v)]"
-        " for v in sys.argv[2:]}\n"
-        # Each line's first Spark start records its archive of Spark's
-        # classes (about 25 s, in a run of the test otherwise): a dry run here.
-        "for project, bin_dir in made.values():\n"
-        "    run([Path(bin_dir) / 'kedro', 'streams', 'validate'], cwd=Path(project))\n"
-        "(workdir / 'made.json').write_text(json.dumps(made))\n"
-    )
-    for version in versions:
-        (workdir / f"spark-{version}").mkdir(parents=True, exist_ok=True)
-    log = open(workdir / "made.log", "w")  # noqa: SIM115 (the process keeps it)
-    return subprocess.Popen(
-        [sys.executable, "-c", script, str(workdir), *versions],
-        cwd=Path(__file__).parent,
-        env=quiet_env(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-
-
-def line_projects(
-    workdir: Path, process: subprocess.Popen
-) -> dict[str, tuple[Path, Path]]:
-    """Each line's (project, bin/) once ``start_line_projects`` is done."""
-    if process.wait(timeout=1800) != 0:
-        pytest.fail((workdir / "made.log").read_text()[-8000:])
-    made = json.loads((workdir / "made.json").read_text())
-    return {version: (Path(p), Path(b)) for version, (p, b) in made.items()}
-
-
 def install_project(project: Path, env_dir: Path) -> Path:
     """A fresh virtualenv with ``project`` installed, as its README says (the
     dev and connect extras too); returns its bin/ folder."""

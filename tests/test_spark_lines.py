@@ -32,7 +32,7 @@ from support import (
     bundled_lines,
     example_reference,
     kedro_run,
-    line_projects,
+    make_line_project,
     point_at_broker,
     run,
     send_to_one_partition,
@@ -45,11 +45,12 @@ ONE_BATCH = 10_000
 
 
 @pytest.fixture(scope="module", params=OTHER_SPARK_VERSIONS)
-def line_project(request, other_lines_in_background):
-    """The line's project and its virtualenv's bin/, made while the session's
-    first tests ran."""
+def line_project(request, tmp_path_factory):
+    """The line's project and its virtualenv's bin/."""
     version = request.param
-    project, bin_dir = line_projects(*other_lines_in_background)[version]
+    project, bin_dir = make_line_project(
+        tmp_path_factory.mktemp(f"spark-{version}"), version
+    )
     return version, project, bin_dir
 
 
