@@ -261,7 +261,8 @@ CASES = [
         "  - 'trigger_intervall': did you mean 'trigger_interval'?\n"
         "Its settings: trigger, trigger_interval, metrics_address, metrics_port, "
         "metrics_serve_after_failure, kafka_connect_timeout, state_dir, "
-        "progress_log_max_bytes, spark_ui_port, spark_ui_address.",
+        "progress_log_max_bytes, spark_ui_port, spark_ui_address, "
+        "spark_ui_kill_enabled.",
         False,
     ),
     (

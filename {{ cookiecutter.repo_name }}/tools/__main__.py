@@ -45,7 +45,7 @@ def run_trips(args: argparse.Namespace) -> int:
     settings, credentials = kafka_conf(args.env)
     servers, security = (
         settings["bootstrap_servers"],
-        kafka.client_security(credentials),
+        kafka.client_security(credentials, settings["bootstrap_servers"]),
     )
     if args.command == "watch":
         topic = args.topic or settings["summary_topic"]

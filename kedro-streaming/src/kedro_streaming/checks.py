@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import logging
 import os
 import re
 from collections import Counter
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +16,12 @@ import fsspec
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Pipeline
 from pyspark.sql import SparkSession
+from pyspark.sql.utils import is_remote
 
 from .dataset import APPEND_ONLY_FORMATS, SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError
 from .options import INTERVAL_TRIGGERS, OptionNames, interval_problem, option_problems
+from .security import connection_problem
 from .session import spark_location
 from .state import SETTING_NAMES, StreamState
 
@@ -312,7 +314,7 @@ def _kafka_source_tasks(dataset: SparkStreamingDataset) -> int | None:
 
         topics = [t.strip() for t in str(options["subscribe"]).split(",")]
         try:
-            with closing(
+            with contextlib.closing(
                 KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
             ) as consumer:
                 counts = [consumer.partitions_for_topic(t) for t in topics]
@@ -459,31 +461,45 @@ def check_kafka_reachable(
 ) -> None:
     """Fails within about ``timeout`` seconds unless the dataset's brokers accept it.
 
-    The check runs where the queries will: a batch read through Spark's Kafka
-    source, with the dataset's ``kafka.*`` options (credentials included), that
-    asks the brokers for metadata and reads no topic. It works on a local
-    master, a cluster and Spark Connect alike. Without it, Spark retries an
-    unreachable broker or a wrong password inside a running query for a long
-    time.
+    First, as a client of this machine: the trust and key stores load, the
+    brokers' certificates verify and the port speaks the protocol the
+    credentials say (:func:`connection_problem`). Then where the queries will
+    run: a batch read through Spark's Kafka source, with the dataset's
+    ``kafka.*`` options (credentials included), that asks the brokers for
+    metadata and reads no topic (a local master, a cluster and Spark Connect
+    alike). Without it, Spark retries an unreachable broker or a wrong
+    password inside a running query for a long time.
     """
     milliseconds = str(int(timeout * 1000))
     options = {
         f"kafka.{key}": value for key, value in dataset.kafka_client_config.items()
     }
     servers = options.get("kafka.bootstrap.servers", "")
+    security = dataset.kafka_security
     try:
-        (
-            spark.read.format("kafka")
-            .options(**options)
-            .option("subscribePattern", "(?!)")  # a pattern no topic matches
-            .option("kafka.request.timeout.ms", milliseconds)
-            .option("kafka.default.api.timeout.ms", milliseconds)
-            .option("fetchOffset.numRetries", "1")
-            .load()
-            .count()
+        problem = connection_problem(servers, security, timeout=min(timeout, 10))
+    except StreamingConfigError as error:  # a store that does not load
+        raise StreamingConfigError(f"'{name}': {error}") from None
+    if problem:
+        raise StreamingConfigError(
+            f"'{name}': the Kafka broker at {servers} {problem}."
         )
+    try:
+        with _kafka_client_logs_off(spark):
+            (
+                spark.read.format("kafka")
+                .options(**options)
+                .option("subscribePattern", "(?!)")  # a pattern no topic matches
+                .option("kafka.request.timeout.ms", milliseconds)
+                .option("kafka.default.api.timeout.ms", milliseconds)
+                .option("fetchOffset.numRetries", "1")
+                .load()
+                .count()
+            )
     except Exception as error:  # py4j, PySpark and Spark Connect errors alike
         text = str(error)
+        # The whole Java error, for the log file: the console gets its cause.
+        logger.debug("'%s': Spark's Kafka client failed: %s", name, text)
         if "DATA_SOURCE_NOT_FOUND" in text or "find data source: kafka" in text:
             raise StreamingConfigError(
                 f"'{name}': the Spark that runs (Spark {spark.version}) has no Kafka "
@@ -492,24 +508,67 @@ def check_kafka_reachable(
                 "spark-submit's --packages, or to the Spark Connect server's "
                 "--packages, whichever starts Spark."
             ) from None
-        cause = _KAFKA_ERROR.findall(text)
-        detail = cause[-1] if cause else headline(error)
-        if "Authentication" in detail or "Sasl" in detail:
-            fix = (
-                "refused the credentials: check the entry the dataset names with "
-                "`credentials:` in conf/<env>/credentials.yml (or the variables it reads)"
-            )
-        elif "Timeout" in detail:
-            fix = (
-                f"did not answer within {timeout:g} s: check that it runs and that "
-                "the dataset's kafka.bootstrap.servers is right "
-                "(`kafka_connect_timeout` in streaming.yml sets the wait)"
-            )
-        else:
-            fix = "could not be used"
         raise StreamingConfigError(
-            f"'{name}': the Kafka broker at {servers} {fix}. ({detail})"
+            f"'{name}': the Kafka broker at {servers} "
+            f"{_kafka_failure(text, security, timeout)}"
         ) from None
+
+
+def _kafka_failure(text: str, security, timeout: float) -> str:
+    """What Spark's Kafka client failed on, from its error's text."""
+    cause = _KAFKA_ERROR.findall(text)
+    detail = cause[-1] if cause else headline(RuntimeError(text))
+    if "SaslAuthenticationException" in detail or "Authentication" in detail:
+        return (
+            f"refused the {security.mechanism} login of user "
+            f"'{security.username or '?'}': check the password (and the user) in "
+            "the entry the dataset names with `credentials:` in "
+            "conf/<env>/credentials.yml, or the variables it reads. "
+            f"({detail})"
+        )
+    if "AuthorizationException" in detail:
+        return (
+            f"does not allow user '{security.username or '?'}' what the query "
+            f"needs: ask the brokers' administrators for it ({detail})"
+        )
+    if "Failed to load SSL keystore" in text or "Failed to load SSL" in text:
+        return (
+            "could not be reached: Spark's Kafka client did not load the trust or "
+            "key store named in the credentials (a path, type or password this "
+            f"machine's check passed but Spark's does not: on a cluster, the file "
+            f"must be on every machine). ({detail})"
+        )
+    if "Timeout" in detail:
+        return (
+            f"did not answer within {timeout:g} s: check that it runs and that "
+            "the dataset's kafka.bootstrap.servers is right "
+            "(`kafka_connect_timeout` in streaming.yml sets the wait)"
+        )
+    return f"could not be used. ({detail})"
+
+
+@contextlib.contextmanager
+def _kafka_client_logs_off(spark: SparkSession):
+    """Keeps the Kafka client's own log lines (a Java stack per retry) off the
+    console while a check provokes them: the check names the cause."""
+    if is_remote():  # the server's logs are the server's
+        yield
+        return
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    configurator = log4j.core.config.Configurator
+    loggers = ("org.apache.kafka", "org.apache.spark.sql.kafka010")
+    previous = {
+        logger_name: log4j.LogManager.getLogger(logger_name).getLevel()
+        for logger_name in loggers
+    }
+    for logger_name in loggers:
+        configurator.setLevel(logger_name, log4j.Level.OFF)
+    try:
+        yield
+    finally:
+        for logger_name, level in previous.items():
+            configurator.setLevel(logger_name, level)
 
 
 def check_before_spark(
@@ -758,7 +817,7 @@ def _topic_messages(
     topic the brokers have."""
     from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
 
-    with closing(
+    with contextlib.closing(
         KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
     ) as consumer:
         existing = consumer.topics()

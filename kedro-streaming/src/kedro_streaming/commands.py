@@ -42,6 +42,7 @@ from .checks import (
 from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError
 from .progress import describe_expectations
+from .security import client_failure, kafka_python_logs
 from .session import spark_session
 from .state import StreamState, streaming_settings
 
@@ -116,6 +117,7 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
     project = _open(metadata, env, pipelines or list(registered_pipelines))
     totals = project.state.totals()
     running = project.state.running()
+    unreadable: list[str] = []
     for name, dataset in project.sinks.items():
         checkpoint = _checkpoint_state(dataset.checkpoint)
         parts = []
@@ -157,10 +159,17 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
             project.catalog, project.pipeline, name
         ).items():
             if source_dataset.file_format == "kafka":
-                parts.append(
-                    f"{source} lag {_kafka_lag(source_dataset, checkpoint['offsets'])}"
-                )
+                try:
+                    lag = _kafka_lag(source_dataset, checkpoint["offsets"])
+                except _Unreadable as error:
+                    lag, unreadable = "unknown", [*unreadable, f"{source}: {error}"]
+                parts.append(f"{source} lag {lag}")
         click.echo(f"{name}: " + " · ".join(parts))
+    if unreadable:
+        # Said once per source, after every line: the lag it could not read.
+        raise _Unreadable(
+            "the lag could not be read: " + "; ".join(dict.fromkeys(unreadable))
+        )
 
 
 @streams.command()
@@ -443,8 +452,16 @@ def _queries_of(project: _Project, outputs: list[str]) -> list[str]:
     ]
 
 
+class _Unreadable(click.ClickException):
+    """What ``status`` reports but could not read; it exits 1."""
+
+
 def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
-    """Messages in the topics after the offsets of the last committed batch."""
+    """Messages in the topics after the offsets of the last committed batch.
+
+    Raises:
+        _Unreadable: The brokers did not tell (the message says why).
+    """
     from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
     from kafka.errors import KafkaError  # noqa: PLC0415
 
@@ -457,13 +474,19 @@ def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
     }
     if not partitions:
         return "unknown (no batch committed yet)"
-    try:
-        with closing(
-            KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
-        ) as consumer:
-            latest = consumer.end_offsets(list(partitions))
-    except KafkaError as error:
-        return f"unknown (the broker did not answer: {type(error).__name__})"
+    security = dataset.kafka_security
+    servers = dataset.kafka_client_config.get("bootstrap.servers", "")
+    with kafka_python_logs() as logged:
+        try:
+            with closing(
+                KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
+            ) as consumer:
+                latest = consumer.end_offsets(list(partitions))
+        except (KafkaError, StreamingConfigError, OSError) as error:
+            raise _Unreadable(
+                f"the Kafka broker at {servers} "
+                f"{client_failure(servers, security, error, logged)}"
+            ) from None
     by_topic: dict[str, int] = {}
     for partition, offset in partitions.items():
         by_topic[partition.topic] = by_topic.get(partition.topic, 0) + max(

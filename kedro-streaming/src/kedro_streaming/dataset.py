@@ -6,7 +6,6 @@ import difflib
 import importlib
 import inspect
 import json
-import re
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,8 @@ from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from .delta import DELTA_FORMAT, create_delta_table, upsert_batches
+from .security import KafkaSecurity
 from .session import spark_session
-
-_JAAS_USER = re.compile(r'username="([^"]*)"\s+password="([^"]*)"')
 
 OUTPUT_MODES = ("append", "complete", "update")
 # Spark's file sinks only append; other output modes need a sink that can
@@ -45,7 +43,7 @@ TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous", "realTi
 # record through; its trigger's interval is how often the query checkpoints.
 REAL_TIME = "realTime"
 # Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
-_SECRET_MARKERS = ("jaas", "password", "secret")
+_SECRET_MARKERS = ("jaas", "password", "secret", "keystore.key")
 
 
 class SparkDataset(_KedroSparkDataset):
@@ -320,49 +318,37 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         }
 
     @property
+    def kafka_security(self) -> KafkaSecurity:
+        """The security settings of every client of this dataset's brokers:
+        its credentials, and any ``kafka.ssl.*`` option of its arguments."""
+        return KafkaSecurity(
+            {
+                key: value
+                for key, value in {**self._load_args, **self._writer_options}.items()
+                if key.startswith("kafka.")
+            }
+            | self._credentials
+        )
+
+    @property
     def kafka_python_config(self) -> dict[str, Any]:
-        """``kafka_client_config`` as kafka-python's client arguments, for the
-        runtime's own calls to the brokers (``status``' lag, the Real-Time Mode
-        check). Secrets included: never for display."""
-        config = self.kafka_client_config
-        client: dict[str, Any] = {"bootstrap_servers": config.get("bootstrap.servers")}
-        if config.get("security.protocol"):
-            client["security_protocol"] = config["security.protocol"]
-        if config.get("sasl.mechanism"):
-            client["sasl_mechanism"] = config["sasl.mechanism"]
-        credentials = _JAAS_USER.search(config.get("sasl.jaas.config", ""))
-        if credentials:
-            client["sasl_plain_username"], client["sasl_plain_password"] = (
-                credentials.groups()
-            )
-        return client
+        """The same settings as kafka-python's client arguments, for the
+        runtime's own calls to the brokers (topic checks, ``status``' lag, the
+        Real-Time Mode check). Secrets included: never for display."""
+        return {
+            "bootstrap_servers": self.kafka_client_config.get("bootstrap.servers"),
+            **self.kafka_security.kafka_python(),
+        }
 
     @property
     def kafka_options(self) -> dict[str, str]:
         """Spark Kafka options from the credentials, secrets included.
 
-        Credentials are either Spark options (``kafka.sasl.jaas.config``...) or
-        ``security_protocol``, ``sasl_mechanism``, ``username`` and ``password``.
+        Credentials are Spark options (``kafka.ssl.truststore.location``...)
+        and the short keys ``security_protocol``, ``sasl_mechanism``,
+        ``username`` and ``password`` (see :mod:`kedro_streaming.security`).
         """
-        options = {
-            k: str(v) for k, v in self._credentials.items() if k.startswith("kafka.")
-        }
-        creds = self._credentials
-        if creds.get("security_protocol"):
-            options["kafka.security.protocol"] = creds["security_protocol"]
-        if creds.get("username"):
-            mechanism = creds.get("sasl_mechanism", "PLAIN")
-            module = (
-                "plain.PlainLoginModule"
-                if mechanism == "PLAIN"
-                else "scram.ScramLoginModule"
-            )
-            options["kafka.sasl.mechanism"] = mechanism
-            options["kafka.sasl.jaas.config"] = (
-                f"org.apache.kafka.common.security.{module} required "
-                f'username="{creds["username"]}" password="{creds.get("password", "")}";'
-            )
-        return options
+        return KafkaSecurity(self._credentials).spark_options()
 
     def _describe(self) -> dict[str, Any]:
         return {

@@ -94,7 +94,12 @@ def configure_spark(
     streaming = streaming or {}
     if streaming.get("spark_ui_port") not in (None, ""):
         conf["spark.ui.port"] = str(streaming["spark_ui_port"])
-    _ui_address[:] = [str(streaming.get("spark_ui_address") or "")]
+    # Spark's own default lets anyone who reaches the UI kill its jobs.
+    kill = streaming.get("spark_ui_kill_enabled")
+    conf.setdefault(
+        "spark.ui.killEnabled", "false" if kill in (None, "") else str(kill).lower()
+    )
+    _ui_address[:] = [str(streaming.get("spark_ui_address", "127.0.0.1") or "")]
     if not conf.get("spark.remote"):  # a Connect server brings its own packages
         for check in (check_kafka_connector, check_delta_package):
             check(

@@ -211,6 +211,7 @@ SETTING_NAMES = (
     "progress_log_max_bytes",
     "spark_ui_port",
     "spark_ui_address",
+    "spark_ui_kill_enabled",
 )
 
 

@@ -38,9 +38,15 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from kafka.admin import KafkaAdminClient
+from kafka.admin import (
+    KafkaAdminClient,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from kafka.errors import KafkaError
 
+from ..security import jaas_quote
+from .certificates import ensure_tls_files
 from .processes import (
     HOST,
     free_ports,
@@ -279,20 +285,12 @@ def _jaas_plain_config(users: Mapping[str, str]) -> str:
     """Builds the server-side PlainLoginModule config holding ``users``."""
     options = []
     for user, password in users.items():
+        # A name becomes part of an option's name (user_<name>): no quoting there.
         if not _USERNAME_RE.match(user):
             raise ValueError(
                 f"SASL username {user!r} must match {_USERNAME_RE.pattern}"
             )
-        # Quotes and backslashes would need JAAS-level escaping; not worth it
-        # for throwaway local credentials.
-        if any(c in password for c in '"\\') or any(
-            ord(c) < _PRINTABLE.start for c in password
-        ):
-            raise ValueError(
-                f"SASL password for {user!r} must not contain quotes, "
-                "backslashes or control characters"
-            )
-        options.append(f'user_{user}="{password}"')
+        options.append(f"user_{user}={jaas_quote(password)}")
     return (
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
         + " ".join(options)
@@ -345,6 +343,12 @@ class LocalKafka:
         bootstrap_servers: ``"127.0.0.1:PORT"`` of the PLAINTEXT listener (after start).
         sasl_bootstrap_servers: ``"127.0.0.1:PORT"`` of the SASL_PLAINTEXT
             listener, or None when no ``sasl_users`` were given.
+        tls_bootstrap_servers: With ``tls``, ``{listener: "localhost:PORT"}``
+            of the TLS listeners: ``SSL`` (the broker's certificate only),
+            ``MTLS`` (a client certificate too) and ``SASL_SSL`` (PLAIN and
+            SCRAM-SHA-512 logins of ``sasl_users``).
+        tls_dir: The CA and the certificates the TLS listeners use (see
+            :mod:`.certificates`).
         data_dir: Folder with config, Kafka data and the log.
         log_path: Broker stdout/stderr (all Kafka logging goes there).
         pid: Process id of the broker JVM.
@@ -362,6 +366,9 @@ class LocalKafka:
         data_dir: os.PathLike | None = None,
         detach: bool = False,
         stop_grace: float = 20.0,
+        tls: bool = False,
+        tls_ports: Mapping[str, int] | None = None,
+        extra_tls_listeners: Mapping[str, os.PathLike] | None = None,
     ) -> None:
         """Configures (but does not start) a broker.
 
@@ -377,6 +384,11 @@ class LocalKafka:
             detach: Leave the broker running when this Python process exits
                 (used by the CLI); otherwise it is stopped at interpreter exit.
             stop_grace: Seconds between SIGTERM and SIGKILL in :meth:`stop`.
+            tls: Adds the SSL, MTLS and SASL_SSL listeners, with a private CA
+                made in ``<data_dir>/tls`` (kept with the data).
+            tls_ports: Ports of those listeners by name; free ones when absent.
+            extra_tls_listeners: More SSL listeners, each with a PEM key store
+                of its own (``{name: path}``): certificates to test clients with.
         """
         if sasl_users is not None:
             if not sasl_users:
@@ -390,6 +402,14 @@ class LocalKafka:
         self.sasl_users = dict(sasl_users) if sasl_users else None
         self.sasl_port = sasl_port
         self.controller_port: int | None = None
+        self.tls = tls or bool(extra_tls_listeners)
+        self._requested_tls_ports = dict(tls_ports or {})
+        self.extra_tls_listeners = {
+            name.upper(): Path(path).resolve()
+            for name, path in (extra_tls_listeners or {}).items()
+        }
+        self.tls_ports: dict[str, int] = {}
+        self.tls_dir: Path | None = None
         self.heap = heap
         self.extra_properties = dict(extra_properties or {})
         self.keep_data = data_dir is not None
@@ -417,6 +437,18 @@ class LocalKafka:
         if not self.sasl_users or self.sasl_port is None:
             return None
         return f"{HOST}:{self.sasl_port}"
+
+    @property
+    def tls_bootstrap_servers(self) -> dict[str, str]:
+        """The TLS listeners' addresses, by listener name (empty without ``tls``).
+
+        ``localhost``: the name the broker's certificate holds, besides 127.0.0.1.
+        """
+        return {name: f"localhost:{port}" for name, port in self.tls_ports.items()}
+
+    def _tls_names(self) -> list[str]:
+        names = ["SSL", "MTLS", "SASL_SSL"] if self.tls else []
+        return names + list(self.extra_tls_listeners)
 
     @property
     def pid(self) -> int | None:
@@ -490,6 +522,8 @@ class LocalKafka:
             "kafka_version": self.version,
             "bootstrap_servers": self.bootstrap_servers,
             "sasl_bootstrap_servers": self.sasl_bootstrap_servers,
+            "tls_bootstrap_servers": self.tls_bootstrap_servers,
+            "tls_dir": str(self.tls_dir) if self.tls_dir else None,
             "controller_port": self.controller_port,
             "data_dir": str(self.data_dir),
             "log_path": str(self.log_path),
@@ -515,7 +549,9 @@ class LocalKafka:
         for port in wanted:
             if not port_is_free(port):
                 raise BrokerError(f"port {port} on {HOST} is already in use")
-        free = iter(free_ports(5))  # spares in case one equals a requested port
+        free = iter(
+            free_ports(5 + len(self._tls_names()))
+        )  # spares in case one equals a requested port
         used = set(wanted)
 
         def pick() -> int:
@@ -529,6 +565,12 @@ class LocalKafka:
         self.controller_port = pick()
         if self.sasl_users:
             self.sasl_port = self.sasl_port or pick()
+        self.tls_ports = {}
+        for name in self._tls_names():
+            requested = self._requested_tls_ports.get(name)
+            if requested and not port_is_free(requested):
+                raise BrokerError(f"port {requested} on {HOST} is already in use")
+            self.tls_ports[name] = requested or pick()
 
     def _server_properties(self) -> dict[str, object]:
         listeners = [f"PLAINTEXT://{HOST}:{self.port}"]
@@ -538,6 +580,11 @@ class LocalKafka:
             listeners.append(f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}")
             advertised.append(f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}")
             protocol_map.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
+        for name, port in self.tls_ports.items():
+            listeners.append(f"{name}://{HOST}:{port}")
+            # Advertised by the name its certificate holds, which clients verify.
+            advertised.append(f"{name}://localhost:{port}")
+            protocol_map.append(f"{name}:{'SASL_SSL' if name == 'SASL_SSL' else 'SSL'}")
         listeners.append(f"CONTROLLER://{HOST}:{self.controller_port}")
 
         props: dict[str, object] = {
@@ -573,14 +620,56 @@ class LocalKafka:
             "num.recovery.threads.per.data.dir": 1,
         }
         if self.sasl_users:
-            props["sasl.enabled.mechanisms"] = "PLAIN"
-            props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] = "PLAIN"
-            # Listener-scoped JAAS: no global -Djava.security.auth.login.config.
-            props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
-                _jaas_plain_config(self.sasl_users)
-            )
+            props["sasl.enabled.mechanisms"] = "PLAIN,SCRAM-SHA-512"
+            sasl_listeners = ["sasl_plaintext"] + (["sasl_ssl"] if self.tls else [])
+            for listener in sasl_listeners:
+                prefix = f"listener.name.{listener}"
+                props[f"{prefix}.sasl.enabled.mechanisms"] = "PLAIN,SCRAM-SHA-512"
+                # Listener-scoped JAAS: no global -Djava.security.auth.login.config.
+                props[f"{prefix}.plain.sasl.jaas.config"] = _jaas_plain_config(
+                    self.sasl_users
+                )
+                # SCRAM's users live in the cluster's metadata (made at start).
+                props[f"{prefix}.scram-sha-512.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                )
+        props.update(self._tls_properties())
         props.update(self.extra_properties)
         return props
+
+    def _tls_properties(self) -> dict[str, object]:
+        if not self.tls_ports:
+            return {}
+        props: dict[str, object] = {}
+        for name in self.tls_ports:
+            prefix = f"listener.name.{name.lower()}"
+            keystore = self.extra_tls_listeners.get(name, self.tls_dir / "broker.pem")
+            props[f"{prefix}.ssl.keystore.type"] = "PEM"
+            props[f"{prefix}.ssl.keystore.location"] = str(keystore)
+            props[f"{prefix}.ssl.truststore.type"] = "PEM"
+            props[f"{prefix}.ssl.truststore.location"] = str(self.tls_dir / "ca.pem")
+            if name == "MTLS":
+                props[f"{prefix}.ssl.client.auth"] = "required"
+        return props
+
+    def _create_scram_users(self) -> None:
+        """Registers ``sasl_users`` for SCRAM-SHA-512 (again at each start: a
+        changed password takes effect)."""
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        try:
+            errors = admin.alter_user_scram_credentials(
+                [
+                    UserScramCredentialUpsertion(
+                        user, ScramMechanism.SCRAM_SHA_512, password, iterations=8192
+                    )
+                    for user, password in self.sasl_users.items()
+                ]
+            )
+        finally:
+            admin.close()
+        failed = {user: error for user, error in errors.items() if error}
+        if failed:
+            raise BrokerError(f"SCRAM users not created: {failed}")
 
     def _prepare(self, libs: Path, java: str, deadline: float) -> None:
         """Creates the data dir, writes config files and formats storage once."""
@@ -592,6 +681,8 @@ class LocalKafka:
         self.log_path.write_text("")  # this start's log only: log_tail shows its errors
         self.properties_path = self.data_dir / "server.properties"
         self._choose_ports()
+        if self.tls:
+            self.tls_dir = ensure_tls_files(self.data_dir / "tls")
         lines = [f"# Generated by tools/broker.py for Kafka {self.version}"]
         lines += [
             f"{key}={_escape_property(str(value))}"
@@ -678,6 +769,8 @@ class LocalKafka:
             try:
                 probe(self.bootstrap_servers, timeout=2.0)
                 if self.sasl_users:
+                    self._create_scram_users()
+                if self.sasl_users:
                     # A real login: the listener takes these very credentials.
                     user, password = next(iter(self.sasl_users.items()))
                     probe(
@@ -741,8 +834,13 @@ def start(
     sasl_port: int | None = None,
     heap: str = "512m",
     timeout: float = 90,
+    tls_ports: Mapping[str, int] | None = None,
 ) -> int:
-    """Starts a detached broker on ``data_dir`` unless it runs; prints its address."""
+    """Starts a detached broker on ``data_dir`` unless it runs; prints its address.
+
+    With ``tls_ports`` (``{"SSL": 9093, "MTLS": 9094, "SASL_SSL": 9095}``, 0
+    for any free port), it has TLS listeners too.
+    """
     with _locked(data_dir):
         state = _read_state(data_dir)
         if state and _state_is_ours(state):
@@ -760,6 +858,8 @@ def start(
             heap=heap,
             data_dir=data_dir,
             detach=True,
+            tls=tls_ports is not None,
+            tls_ports={name: port for name, port in (tls_ports or {}).items() if port},
         )
         started = time.monotonic()
         kafka.start(timeout=timeout)
@@ -778,6 +878,13 @@ def start(
     )
     if kafka.sasl_bootstrap_servers:
         say(f"SASL_PLAINTEXT listener: {kafka.sasl_bootstrap_servers}", file=sys.stderr)
+    for name, servers in kafka.tls_bootstrap_servers.items():
+        say(f"{name} listener: {servers}", file=sys.stderr)
+    if kafka.tls_dir:
+        say(
+            f"TLS files (CA, client key stores, their password): {kafka.tls_dir}",
+            file=sys.stderr,
+        )
     say(kafka.bootstrap_servers)
     return 0
 

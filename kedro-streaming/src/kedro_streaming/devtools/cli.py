@@ -75,7 +75,7 @@ def _kafka_client(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
             f"no broker: give --bootstrap-servers, or set kafka.bootstrap_servers "
             f"in conf/{args.env}/globals.yml"
         )
-    return servers, kafka.client_security(config["credentials"].get("kafka"))
+    return servers, kafka.client_security(config["credentials"].get("kafka"), servers)
 
 
 def run_broker(args: argparse.Namespace) -> int:
@@ -102,6 +102,9 @@ def run_broker(args: argparse.Namespace) -> int:
         sasl_port=args.sasl_port,
         heap=args.heap,
         timeout=args.timeout,
+        tls_ports=dict(zip(("SSL", "MTLS", "SASL_SSL"), args.tls_ports))
+        if args.tls
+        else None,
     )
 
 
@@ -255,6 +258,20 @@ def parser() -> argparse.ArgumentParser:
         help="add a SASL_PLAINTEXT/PLAIN listener with this user (repeatable)",
     )
     start.add_argument("--sasl-port", type=int)
+    start.add_argument(
+        "--tls",
+        action="store_true",
+        help="add TLS listeners (SSL, mutual TLS, SASL_SSL with PLAIN and "
+        "SCRAM-SHA-512) with a private CA kept in --data-dir/tls",
+    )
+    start.add_argument(
+        "--tls-ports",
+        type=int,
+        nargs=3,
+        default=(9093, 9094, 9095),
+        metavar=("SSL", "MTLS", "SASL_SSL"),
+        help="their ports (default 9093 9094 9095)",
+    )
     start.add_argument("--heap", default="512m", help="JVM heap (default 512m)")
     start.add_argument("--timeout", type=float, default=90, help="seconds to start")
     stop = commands.add_parser("stop", help="stop it; the data stays")

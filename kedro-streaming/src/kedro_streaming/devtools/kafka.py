@@ -12,23 +12,36 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from ..errors import StreamingConfigError
+from ..security import KafkaSecurity, client_failure, kafka_python_logs
 
 
-def client_security(credentials: dict[str, Any] | None) -> dict[str, str]:
-    """kafka-python settings from a Kafka entry of credentials.yml.
+def client_security(
+    credentials: dict[str, Any] | None, servers: str | None = None
+) -> dict[str, Any]:
+    """kafka-python settings from a Kafka entry of credentials.yml, the same
+    the project's Kafka datasets take (:mod:`kedro_streaming.security`).
 
-    The entry is what the project's Kafka datasets take: ``security_protocol``,
-    ``sasl_mechanism``, ``username`` and ``password``.
+    Given ``servers``, the connection is tried first: a certificate, store or
+    protocol that does not work is a ValueError naming the cause.
     """
-    credentials = credentials or {}
-    settings = {}
-    if credentials.get("security_protocol"):
-        settings["security_protocol"] = credentials["security_protocol"]
-    if credentials.get("username"):
-        settings["sasl_mechanism"] = credentials.get("sasl_mechanism") or "PLAIN"
-        settings["sasl_plain_username"] = credentials["username"]
-        settings["sasl_plain_password"] = credentials.get("password") or ""
+    security = KafkaSecurity(credentials)
+    try:
+        settings = security.kafka_python()
+    except StreamingConfigError as error:  # a store that does not load
+        raise ValueError(str(error)) from None
+    if servers:
+        # A refused login shows only in kafka-python's log, after a timeout.
+        with kafka_python_logs() as logged:
+            try:
+                KafkaAdminClient(
+                    bootstrap_servers=servers, bootstrap_timeout_ms=10_000, **settings
+                ).close()
+            except KafkaError as error:
+                failure = client_failure(servers, security, error, logged)
+                raise ValueError(f"the Kafka broker at {servers} {failure}") from None
     return settings
 
 
