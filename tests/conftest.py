@@ -24,6 +24,7 @@ from support import (  # noqa: E402
     PLUGIN_SOURCE,
     SASL_PASSWORD,
     SASL_USER,
+    bad_certificates,
     generate_project,
     install_project,
     run,
@@ -142,10 +143,19 @@ def broker_tool(plugin_tool):
 
 
 @pytest.fixture(scope="session")
-def broker(broker_tool):
-    """One real broker for the session, with a PLAINTEXT and a SASL_PLAINTEXT listener."""
+def broker(broker_tool, plugin_tool, tmp_path_factory):
+    """One real broker for the session: PLAINTEXT and SASL_PLAINTEXT listeners,
+    the TLS ones (SSL, MTLS, SASL_SSL with PLAIN and SCRAM-SHA-512), and SSL
+    listeners whose certificates are wrong in one way each (BAD_CERTIFICATES)."""
     started = time.monotonic()
-    instance = broker_tool.LocalKafka(sasl_users={SASL_USER: SASL_PASSWORD})
+    tls_dir = tmp_path_factory.mktemp("tls")
+    plugin_tool("certificates").ensure_tls_files(tls_dir)
+    instance = broker_tool.LocalKafka(
+        sasl_users={SASL_USER: SASL_PASSWORD},
+        tls=True,
+        tls_dir=tls_dir,
+        extra_tls_listeners=bad_certificates(plugin_tool("certificates"), tls_dir),
+    )
     try:
         instance.start(timeout=180)
         print(f"broker ready in {time.monotonic() - started:.1f} s")

@@ -24,7 +24,7 @@ import time
 import uuid
 import venv
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -66,8 +66,12 @@ SPARK_VERSION = json.loads((STARTER_ROOT / "cookiecutter.json").read_text())[
     "spark_version"
 ]
 PACKAGE = "taxi_rides"
-# The SASL/PLAIN user of the test broker; tests check the password is never printed.
-SASL_USER, SASL_PASSWORD = "taxi-app", f"pw-{uuid.uuid4().hex}"
+# The SASL user of the test broker (PLAIN and SCRAM-SHA-512); tests check the
+# password is never printed. Quotes, a backslash, a semicolon, a line break and
+# non-ASCII: a JAAS configuration built without escaping would break on them,
+# or take ` unsafe="1"` for an option of its own.
+SASL_USER = "taxi-app"
+SASL_PASSWORD = f'pw-{uuid.uuid4().hex}" unsafe="1\\;\nü'
 
 # Bounded, and one landing file (or bronze file) per micro-batch, as the
 # reference replays them: the watermark then advances file by file.
@@ -260,9 +264,14 @@ def install_project(project: Path, env_dir: Path) -> Path:
 
 
 def kedro_run(
-    bin_dir: Path, project: Path, *args: str, params=BOUNDED
+    bin_dir: Path, project: Path, *args: str, params=BOUNDED, check: bool = True
 ) -> subprocess.CompletedProcess:
-    return run([bin_dir / "kedro", "run", *args, *params], cwd=project, timeout=600)
+    return run(
+        [bin_dir / "kedro", "run", *args, *params],
+        cwd=project,
+        timeout=600,
+        check=check,
+    )
 
 
 def streams(
@@ -1236,3 +1245,110 @@ def start_continuous_kafka_run(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def bad_certificates(certificates, tls_dir: Path) -> dict[str, Path]:
+    """PEM key stores signed by the broker's CA, each wrong in one way, for
+    extra SSL listeners of the test broker: ``EXPIRED``, ``NOT_YET_VALID``
+    and ``OTHER_HOST`` (a certificate for kafka.example.com only)."""
+    ca = certificates.CertificateAuthority.load(tls_dir)
+    now = datetime.now(timezone.utc)
+    local = ("localhost", "127.0.0.1")
+    issued = {
+        "EXPIRED": ca.issue(
+            "localhost",
+            hosts=local,
+            valid_from=now - timedelta(days=30),
+            valid_until=now - timedelta(days=1),
+        ),
+        "NOT_YET_VALID": ca.issue(
+            "localhost",
+            hosts=local,
+            valid_from=now + timedelta(days=1),
+            valid_until=now + timedelta(days=30),
+        ),
+        "OTHER_HOST": ca.issue("kafka.example.com", hosts=("kafka.example.com",)),
+    }
+    stores = {}
+    for name, (key, certificate) in issued.items():
+        stores[name] = tls_dir / f"{name.lower()}.pem"
+        stores[name].write_bytes(ca.key_and_chain_pem(key, certificate))
+    return stores
+
+
+def java_trust_store(tls_dir: Path) -> Path:
+    """The broker CA's trust store as JKS (made from its PKCS12 one by keytool)."""
+    jks = tls_dir / "truststore.jks"
+    if not jks.exists():
+        password = (tls_dir / "store-password").read_text()
+        subprocess.run(
+            [
+                "keytool",
+                "-importkeystore",
+                "-noprompt",
+                *(
+                    "-srckeystore",
+                    tls_dir / "truststore.p12",
+                    "-srcstoretype",
+                    "PKCS12",
+                ),
+                *("-destkeystore", jks, "-deststoretype", "JKS"),
+                *("-srcstorepass:env", "KS_PASSWORD"),
+                *("-deststorepass:env", "KS_PASSWORD"),
+            ],
+            env={**os.environ, "KS_PASSWORD": password},
+            check=True,
+            capture_output=True,
+        )
+    return jks
+
+
+def secure_kafka(
+    monkeypatch, broker, listener: str, stores: str = "PEM", mechanism: str = "PLAIN"
+) -> str:
+    """Has every command the test runs reach ``broker`` through its TLS
+    ``listener`` (SSL, MTLS or SASL_SSL), set up as docs/kafka.md says: the
+    variables conf/kafka/credentials.yml reads. Returns the listener's address.
+
+    Args:
+        stores: ``PEM`` (ca.pem, client.pem), ``PKCS12`` or ``JKS`` (the trust
+            store; the key store is then PKCS12).
+        mechanism: The SASL mechanism on SASL_SSL.
+    """
+    tls = broker.tls_dir
+    password = (tls / "store-password").read_text()
+    env = {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL" if listener == "SASL_SSL" else "SSL"}
+    if stores == "PEM":
+        env |= {
+            "KAFKA_SSL_TRUSTSTORE_LOCATION": str(tls / "ca.pem"),
+            "KAFKA_SSL_TRUSTSTORE_TYPE": "PEM",
+        }
+    else:
+        trust = java_trust_store(tls) if stores == "JKS" else tls / "truststore.p12"
+        env |= {
+            "KAFKA_SSL_TRUSTSTORE_LOCATION": str(trust),
+            "KAFKA_SSL_TRUSTSTORE_TYPE": stores,
+            "KAFKA_SSL_TRUSTSTORE_PASSWORD": password,
+        }
+    if listener == "MTLS":
+        env |= (
+            {
+                "KAFKA_SSL_KEYSTORE_LOCATION": str(tls / "client.pem"),
+                "KAFKA_SSL_KEYSTORE_TYPE": "PEM",
+            }
+            if stores == "PEM"
+            else {
+                "KAFKA_SSL_KEYSTORE_LOCATION": str(tls / "client.p12"),
+                "KAFKA_SSL_KEYSTORE_TYPE": "PKCS12",
+                "KAFKA_SSL_KEYSTORE_PASSWORD": password,
+            }
+        )
+    if listener == "SASL_SSL":
+        env |= {
+            "KAFKA_SASL_MECHANISM": mechanism,
+            "KAFKA_SASL_USERNAME": SASL_USER,
+            "KAFKA_SASL_PASSWORD": SASL_PASSWORD,
+        }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return broker.tls_bootstrap_servers[listener]

@@ -27,6 +27,7 @@ from support import (
     progress_records,
     read_topics,
     run,
+    secure_kafka,
     send_to_one_partition,
     start_kedro,
     streams,
@@ -98,13 +99,23 @@ def checkpointed_offset(project) -> int:
     return json.loads(last.read_text().splitlines()[2]).popitem()[1]["0"]
 
 
-def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(
-    generated_project, project_bin, broker_log_on_failure, project_tool, tmp_path
+def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(  # noqa: PLR0917 (fixtures)
+    generated_project,
+    project_bin,
+    broker_log_on_failure,
+    project_tool,
+    tmp_path,
+    monkeypatch,
 ):
+    """Real-Time Mode over SASL_SSL (PLAIN, a PKCS12 trust store); the test's
+    own Kafka clients use the plain listener of the same broker."""
     servers = broker_log_on_failure.bootstrap_servers
+    secured = secure_kafka(
+        monkeypatch, broker_log_on_failure, "SASL_SSL", stores="PKCS12"
+    )
     project = tmp_path / "project"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
-    trips_topic, _ = point_at_broker(project, servers)
+    trips_topic, _ = point_at_broker(project, secured)
     kafka = yaml.safe_load((project / "conf/kafka/globals.yml").read_text())["kafka"]
     outputs = [kafka["checked_trips_topic"], kafka["rejected_trips_topic"]]
 

@@ -35,6 +35,7 @@ from support import (
     make_line_project,
     point_at_broker,
     run,
+    secure_kafka,
     send_to_one_partition,
     start_kedro,
     wait_for_offsets,
@@ -54,7 +55,9 @@ def line_project(request, tmp_path_factory):
     return version, project, bin_dir
 
 
-def test_example_runs_on_another_spark_line(line_project, broker_log_on_failure):
+def test_example_runs_on_another_spark_line(
+    line_project, broker_log_on_failure, monkeypatch
+):
     """Own tests, files, Kafka, Delta and Real-Time Mode on one Spark line."""
     version, project, bin_dir = line_project
     python = bin_dir / "python"
@@ -84,8 +87,11 @@ def test_example_runs_on_another_spark_line(line_project, broker_log_on_failure)
 
     # Kafka: the example's lines as messages, then bounded. (The landed
     # files go through this line's Spark in the Delta run below.)
+    # The project over mutual TLS (PEM stores); the test's own clients
+    # through the plain listener of the same broker.
     servers = broker_log_on_failure.bootstrap_servers
-    trips_topic, _ = point_at_broker(project, servers, ONE_BATCH)
+    secured = secure_kafka(monkeypatch, broker_log_on_failure, "MTLS")
+    trips_topic, _ = point_at_broker(project, secured, ONE_BATCH)
     messages = [line.encode() for line in bundled_lines(project)]
     send_to_one_partition(servers, trips_topic, messages)
     ran = kedro_run(bin_dir, project, "--env", "kafka", params=AS_SHIPPED)

@@ -21,7 +21,7 @@ from pyspark.sql.utils import is_remote
 from .dataset import APPEND_ONLY_FORMATS, SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError
 from .options import INTERVAL_TRIGGERS, OptionNames, interval_problem, option_problems
-from .security import connection_problem
+from .security import connection_problem, kafka_python_logs
 from .session import spark_location
 from .state import SETTING_NAMES, StreamState
 
@@ -817,9 +817,12 @@ def _topic_messages(
     topic the brokers have."""
     from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
 
-    with contextlib.closing(
-        KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
-    ) as consumer:
+    with (
+        kafka_python_logs(),
+        contextlib.closing(
+            KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
+        ) as consumer,
+    ):
         existing = consumer.topics()
         partitions = [
             TopicPartition(topic, partition)

@@ -1,0 +1,200 @@
+"""Kafka security, as every client of a project reads it: each way a TLS or
+SASL connection goes wrong is named, against the session's real broker (its
+TLS listeners, and SSL listeners with an expired, a not yet valid and a
+wrongly named certificate). Runs of the example over each protocol are in
+test_guarantees (SASL_SSL/SCRAM, SSL with JKS), test_realtime (SASL_SSL/PLAIN)
+and test_spark_lines (mutual TLS)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from cryptography.hazmat.primitives.serialization import Encoding
+from support import SASL_PASSWORD, SASL_USER, java_trust_store
+
+
+@pytest.fixture(scope="module")
+def security(plugin_tool):
+    """The plugin's `kedro_streaming.security`, from this repository's source."""
+    plugin_tool("kafka")  # puts the plugin's source on the path
+    return importlib.import_module("kedro_streaming.security")
+
+
+def test_each_connection_problem_is_named(security, broker, plugin_tool, tmp_path):  # noqa: PLR0914 (one case a line)
+    tls = broker.tls_dir
+    password = (tls / "store-password").read_text()
+    trust_pem = {
+        "security_protocol": "SSL",
+        "kafka.ssl.truststore.location": str(tls / "ca.pem"),
+        "kafka.ssl.truststore.type": "PEM",
+    }
+    another_ca = plugin_tool("certificates").CertificateAuthority.new("another CA")
+    other_ca_pem = tmp_path / "other-ca.pem"
+    other_ca_pem.write_bytes(another_ca.certificate.public_bytes(Encoding.PEM))
+    servers = broker.tls_bootstrap_servers
+    plain = broker.bootstrap_servers
+
+    def problem(address: str, credentials: dict) -> str | None:
+        try:
+            return security.connection_problem(
+                address, security.KafkaSecurity(credentials)
+            )
+        except security.StreamingConfigError as error:
+            return str(error)
+
+    # Each right configuration connects: PEM, PKCS12 and JKS stores alike.
+    p12_trust = {
+        "security_protocol": "SSL",
+        "kafka.ssl.truststore.location": str(tls / "truststore.p12"),
+        "kafka.ssl.truststore.type": "PKCS12",
+        "kafka.ssl.truststore.password": password,
+    }
+    jks_trust = {
+        **p12_trust,
+        "kafka.ssl.truststore.location": str(java_trust_store(tls)),
+        "kafka.ssl.truststore.type": "JKS",
+    }
+    p12_key = {
+        "kafka.ssl.keystore.location": str(tls / "client.p12"),
+        "kafka.ssl.keystore.type": "PKCS12",
+        "kafka.ssl.keystore.password": password,
+    }
+    pem_key = {
+        "kafka.ssl.keystore.location": str(tls / "client.pem"),
+        "kafka.ssl.keystore.type": "PEM",
+    }
+    assert problem(servers["SSL"], trust_pem) is None
+    assert problem(servers["SSL"], p12_trust) is None
+    assert problem(servers["SSL"], jks_trust) is None
+    assert problem(servers["MTLS"], {**jks_trust, **p12_key}) is None
+    assert problem(servers["MTLS"], {**trust_pem, **pem_key}) is None
+    assert problem(plain, {}) is None
+
+    cases = {
+        "an unknown CA": (
+            servers["SSL"],
+            {**trust_pem, "kafka.ssl.truststore.location": str(other_ca_pem)},
+            "presents a certificate signed by a CA the trust store does not hold "
+            "(self-signed certificate in certificate chain): set "
+            "kafka.ssl.truststore.location in the credentials to the CA that "
+            "signed the brokers' certificates",
+        ),
+        "no trust store, so Python's default CAs": (
+            servers["SSL"],
+            {"security_protocol": "SSL"},
+            "presents a certificate signed by a CA the trust store does not hold",
+        ),
+        "a hostname mismatch": (
+            servers["OTHER_HOST"],
+            trust_pem,
+            "presents a certificate that does not name the host it was reached "
+            "by (localhost): connect by a name the certificate holds",
+        ),
+        "an expired certificate": (
+            servers["EXPIRED"],
+            trust_pem,
+            "presents a certificate that has expired: have the broker's "
+            "certificate renewed",
+        ),
+        "a certificate not valid yet": (
+            servers["NOT_YET_VALID"],
+            trust_pem,
+            "presents a certificate that is not valid yet: check this machine's clock",
+        ),
+        "a missing trust store": (
+            servers["SSL"],
+            {**trust_pem, "kafka.ssl.truststore.location": str(tmp_path / "no.pem")},
+            f"the trust store {tmp_path / 'no.pem'} (kafka.ssl.truststore.location "
+            "in the credentials) does not exist: give the path of the file on "
+            "this machine",
+        ),
+        "an unreadable trust store": (
+            servers["SSL"],
+            {**trust_pem, "kafka.ssl.truststore.location": str(tmp_path)},
+            f"the trust store {tmp_path} (kafka.ssl.truststore.location in the "
+            "credentials) cannot be read: Is a directory",
+        ),
+        "a wrong PKCS12 trust store password": (
+            servers["SSL"],
+            {**p12_trust, "kafka.ssl.truststore.password": "wrong"},
+            "the trust store password (kafka.ssl.truststore.password in the "
+            f"credentials) does not open {tls / 'truststore.p12'}, or the file is "
+            "not a PKCS12 store",
+        ),
+        "a wrong JKS trust store password": (
+            servers["SSL"],
+            {**jks_trust, "kafka.ssl.truststore.password": "wrong"},
+            "the trust store password (kafka.ssl.truststore.password in the "
+            f"credentials) does not open {tls / 'truststore.jks'}, or the file is "
+            "not a JKS store",
+        ),
+        "a wrong key store password": (
+            servers["MTLS"],
+            {**trust_pem, **p12_key, "kafka.ssl.keystore.password": "wrong"},
+            "the key store password (kafka.ssl.keystore.password in the "
+            f"credentials) does not open {tls / 'client.p12'}",
+        ),
+        "no client certificate for mutual TLS": (
+            servers["MTLS"],
+            trust_pem,
+            "requires a client certificate (mutual TLS) it trusts, which the "
+            "credentials do not give: set kafka.ssl.keystore.location",
+        ),
+        "a plain client on a TLS port": (
+            servers["SSL"],
+            {},
+            "speaks TLS on this port, while security_protocol is PLAINTEXT or "
+            "SASL_PLAINTEXT: set security_protocol to SSL (or SASL_SSL)",
+        ),
+        "a TLS client on a plain port": (
+            plain,
+            trust_pem,
+            "does not speak TLS on this port, while security_protocol is SSL: use "
+            "the port of its TLS listener, or the protocol of this one",
+        ),
+    }
+    found = {
+        name: problem(address, creds) for name, (address, creds, _) in cases.items()
+    }
+    for name, (_, _, expected) in cases.items():
+        assert expected in (found[name] or ""), (name, found[name])
+        assert password not in (found[name] or "")
+
+    # A refused login: kafka-python only logs it, and then times out; the
+    # development tools (as `status`) name it from that log.
+    login = {
+        **trust_pem,
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "username": SASL_USER,
+    }
+    kafka = plugin_tool("kafka")
+    assert kafka.client_security(
+        {**login, "password": SASL_PASSWORD}, servers["SASL_SSL"]
+    )
+    with pytest.raises(ValueError) as refused:
+        kafka.client_security({**login, "password": "wrong"}, servers["SASL_SSL"])
+    assert str(refused.value) == (
+        f"the Kafka broker at {servers['SASL_SSL']} refused the SCRAM-SHA-512 "
+        f"login of user '{SASL_USER}': check the password (and the user) of the "
+        "credentials"
+    )
+
+
+def test_jaas_values_are_escaped_and_read_back_whole(security):
+    """The login Spark's client gets: whatever the password holds, Kafka's
+    JAAS syntax reads one username and one password back. (That Kafka's own
+    parser does too is shown by the SCRAM login with SASL_PASSWORD, which
+    holds a quote, ` unsafe="1"`, a backslash, a semicolon, a line break and
+    non-ASCII: test_guarantees.)"""
+    for password in (SASL_PASSWORD, '"', "\\", 'a\\"; b="c', "x\r\ny", "ü€𝄞"):
+        config = security.jaas_config("SCRAM-SHA-512", 'us"er', password)
+        assert config.startswith(
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        )
+        assert security.jaas_options(config) == {
+            "username": 'us"er',
+            "password": password,
+        }
+        assert "\n" not in config and "\r" not in config
