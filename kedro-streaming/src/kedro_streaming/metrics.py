@@ -34,6 +34,7 @@ Each series is taken from the progress log's own record of a micro-batch
 from __future__ import annotations
 
 import re
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -144,6 +145,7 @@ class StreamMetrics:
         self._queries: dict[str, Any] = {}
         self.registry.register(_AtScrape(self.batch_ended, self._queries))
         self._server = None
+        self._tls = False
 
     def record(self, batch: dict[str, Any]) -> None:
         """Counts one record of the progress log (``state.batch_record``)."""
@@ -198,10 +200,34 @@ class StreamMetrics:
                     counter.labels(query)
             self._status.labels(query).state(status)
 
-    def serve(self, address: str, port: int) -> None:
-        """Serves ``/metrics`` at ``address:port`` until ``close``."""
+    def serve(self, address: str, port: int, tls: dict[str, str] | None = None) -> None:
+        """Serves ``/metrics`` at ``address:port`` until ``close``.
+
+        Args:
+            tls: ``certfile`` and ``keyfile`` serve it over HTTPS; with
+                ``client_cafile``, only to clients whose certificate that CA
+                signed (a Prometheus with ``tls_config.cert_file``).
+        """
+        tls = {key: value for key, value in (tls or {}).items() if value}
+        if tls and not {"certfile", "keyfile"} <= tls.keys():
+            raise StreamingConfigError(
+                "The metrics endpoint's TLS needs both metrics_tls_certfile and "
+                "metrics_tls_keyfile in streaming.yml (and metrics_tls_client_cafile "
+                "to require client certificates)."
+            )
+        if "client_cafile" in tls:
+            tls["client_auth_required"] = True
+        self._tls = bool(tls)
         try:
-            self._server, _ = start_http_server(port, address, registry=self.registry)
+            self._server, _ = start_http_server(
+                port, address, registry=self.registry, **tls
+            )
+        except (ssl.SSLError, FileNotFoundError) as error:
+            raise StreamingConfigError(
+                f"Cannot serve the Prometheus metrics over TLS ({error}): check "
+                "metrics_tls_certfile, metrics_tls_keyfile and "
+                "metrics_tls_client_cafile in streaming.yml."
+            ) from None
         except OSError as error:
             raise StreamingConfigError(
                 f"Cannot serve the Prometheus metrics at {address}:{port} "
@@ -209,6 +235,11 @@ class StreamMetrics:
                 "port>` (another run may have this one), or "
                 "`--params metrics_port=0` for no endpoint."
             ) from error
+
+    @property
+    def scheme(self) -> str:
+        """``https`` when it serves over TLS, else ``http``."""
+        return "https" if self._tls else "http"
 
     @property
     def port(self) -> int | None:

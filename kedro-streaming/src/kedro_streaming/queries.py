@@ -219,9 +219,19 @@ class StreamingQueryHooks:
         if port == 0:
             return None
         metrics = StreamMetrics()
-        metrics.serve(address, port)
+        metrics.serve(
+            address,
+            port,
+            tls={
+                option: str(self._settings.get(f"metrics_tls_{option}") or "")
+                for option in ("certfile", "keyfile", "client_cafile")
+            },
+        )
         logger.info(
-            "Prometheus metrics of the streams: http://%s:%d/metrics", address, port
+            "Prometheus metrics of the streams: %s://%s:%d/metrics",
+            metrics.scheme,
+            address,
+            port,
         )
         return metrics
 
