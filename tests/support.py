@@ -1352,3 +1352,30 @@ def secure_kafka(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return broker.tls_bootstrap_servers[listener]
+
+
+def assert_serves_no_secret(
+    ui_port: int, metrics_port: int, query: str, secrets: tuple[str, ...]
+) -> None:
+    """What a running project serves holds none of ``secrets``: the Spark UI's
+    REST API and pages (the application's environment, jobs, SQL plans with
+    their Kafka options, the streaming ``query``) and the metrics endpoint."""
+    ui = f"http://127.0.0.1:{ui_port}"
+    with urlopen(f"{ui}/api/v1/applications", timeout=10) as answer:
+        app = json.loads(answer.read())[0]["id"]
+    addresses = [
+        *(
+            f"{ui}/api/v1/applications/{app}/{path}"
+            for path in ("environment", "jobs", "stages", "sql?details=true")
+        ),
+        *(f"{ui}/{page}/" for page in ("jobs", "SQL", "environment", "StreamingQuery")),
+        f"http://127.0.0.1:{metrics_port}/metrics",
+    ]
+    pages = {}
+    for address in addresses:
+        with urlopen(address, timeout=10) as answer:
+            pages[address] = answer.read().decode("utf-8", errors="replace")
+    assert "spark.master" in pages[addresses[0]]
+    assert any(query in text for text in pages.values())
+    leaks = [page for page, text in pages.items() if any(x in text for x in secrets)]
+    assert leaks == []

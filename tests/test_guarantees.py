@@ -419,11 +419,6 @@ def test_sasl_over_tls_works_fails_clearly_and_is_never_printed(  # noqa: PLR091
             f"the Kafka broker at {servers} refused the SCRAM-SHA-512 login of "
             f"user '{SASL_USER}': check the password",
         ),
-        "a trust store that is not there": (
-            {"KAFKA_SSL_TRUSTSTORE_LOCATION": str(tmp_path / "ca.pem")},
-            f"'raw_trips': the trust store {tmp_path / 'ca.pem'} "
-            "(kafka.ssl.truststore.location in the credentials) does not exist",
-        ),
     }
     failed = []
     for variables, message in mistakes.values():

@@ -19,10 +19,13 @@ from collections import Counter
 import yaml
 from kafka.admin import KafkaAdminClient, NewTopic
 from support import (
+    SASL_PASSWORD,
     assert_each_message,
+    assert_serves_no_secret,
     bad_messages,
     batch_ids,
     bundled_lines,
+    free_port,
     point_at_broker,
     progress_records,
     read_topics,
@@ -139,7 +142,9 @@ def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(  # noqa: P
 
     # Run 2: resumes from the checkpoint; SIGTERM stops it cleanly.
     log = project / "run-2.log"
-    process = start_kedro(project_bin, project, RUN, log)
+    ui_port, metrics_port = free_port(), free_port()
+    ports = f",spark_ui_port={ui_port},metrics_port={metrics_port}"
+    process = start_kedro(project_bin, project, [*RUN[:-1], RUN[-1] + ports], log)
     try:
         records = wait_for_offsets(
             servers, outputs, len(messages), process=process, log=log
@@ -149,6 +154,17 @@ def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(  # noqa: P
         # restart's first batch the rest. Each input row counted once.
         until(lambda: rows_in(project) >= len(messages), log)
         assert rows_in(project) == len(messages)
+        # No secret in what the run serves: the Spark UI's API and pages (its
+        # plans hold the Kafka options) and the metrics endpoint.
+        assert_serves_no_secret(
+            ui_port,
+            metrics_port,
+            "trip_messages",
+            (
+                SASL_PASSWORD,
+                (broker_log_on_failure.tls_dir / "store-password").read_text(),
+            ),
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, log.read_text()[-5000:]
