@@ -367,10 +367,10 @@ def test_sasl_over_tls_works_fails_clearly_and_is_never_printed(  # noqa: PLR091
     generated_project, project_bin, broker_log_on_failure, tmp_path, monkeypatch
 ):
     """SCRAM-SHA-512 over TLS, a password JAAS would misread unescaped: the
-    producer, a run and `kedro catalog` work; a wrong password, an expired
-    a missing trust store each fail before any query starts,
-    naming the cause (the other causes: tests/test_security.py); no secret
-    is printed or written."""
+    producer, a run, `status` and `kedro catalog` work; a wrong password fails
+    before any query starts, naming the cause (the other causes:
+    tests/test_security.py), and `status` exits 1 saying why; no secret is
+    printed or written."""
     broker = broker_log_on_failure
     servers = secure_kafka(monkeypatch, broker, "SASL_SSL", mechanism="SCRAM-SHA-512")
     store_password = (broker.tls_dir / "store-password").read_text()
