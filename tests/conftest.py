@@ -20,6 +20,8 @@ import pytest
 pytest.register_assert_rewrite("support")
 
 from support import (  # noqa: E402
+    EVENT_HUBS_PASSWORD,
+    EVENT_HUBS_USER,
     PACKAGE,
     PLUGIN_SOURCE,
     SASL_PASSWORD,
@@ -151,10 +153,19 @@ def broker(broker_tool, plugin_tool, tmp_path_factory):
     tls_dir = tmp_path_factory.mktemp("tls")
     plugin_tool("certificates").ensure_tls_files(tls_dir)
     instance = broker_tool.LocalKafka(
-        sasl_users={SASL_USER: SASL_PASSWORD},
+        sasl_users={SASL_USER: SASL_PASSWORD, EVENT_HUBS_USER: EVENT_HUBS_PASSWORD},
         tls=True,
         tls_dir=tls_dir,
         extra_tls_listeners=bad_certificates(plugin_tool("certificates"), tls_dir),
+        # ACLs, as production has them: everything is allowed to everyone
+        # unless an ACL names it (test_security denies a topic to a user).
+        extra_properties={
+            "authorizer.class.name": (
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+            ),
+            "allow.everyone.if.no.acl.found": "true",
+            "super.users": "User:ANONYMOUS",
+        },
     )
     try:
         instance.start(timeout=180)

@@ -72,6 +72,12 @@ PACKAGE = "taxi_rides"
 # or take ` unsafe="1"` for an option of its own.
 SASL_USER = "taxi-app"
 SASL_PASSWORD = f'pw-{uuid.uuid4().hex}" unsafe="1\\;\nü'
+# Azure Event Hubs' login shape: this user name, a connection string for password.
+EVENT_HUBS_USER = "$ConnectionString"
+EVENT_HUBS_PASSWORD = (
+    "Endpoint=sb://local.servicebus.windows.net/;SharedAccessKeyName=send;"
+    f"SharedAccessKey={uuid.uuid4().hex}="
+)
 
 # Bounded, and one landing file (or bronze file) per micro-batch, as the
 # reference replays them: the watermark then advances file by file.

@@ -8,10 +8,28 @@ and test_spark_lines (mutual TLS)."""
 from __future__ import annotations
 
 import importlib
+import time
+import uuid
 
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
-from support import SASL_PASSWORD, SASL_USER, java_trust_store
+from kafka.admin import (
+    ACL,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    KafkaAdminClient,
+    NewTopic,
+    ResourcePattern,
+    ResourceType,
+)
+from support import (
+    EVENT_HUBS_PASSWORD,
+    EVENT_HUBS_USER,
+    SASL_PASSWORD,
+    SASL_USER,
+    java_trust_store,
+)
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +216,60 @@ def test_jaas_values_are_escaped_and_read_back_whole(security):
             "password": password,
         }
         assert "\n" not in config and "\r" not in config
+
+
+def test_a_topic_the_user_may_not_read_is_named_as_such(security, broker, plugin_tool):
+    """With ACLs, a topic denied to a user is left out of its listing: told
+    apart from a missing topic by asking for it (TOPIC_AUTHORIZATION_FAILED).
+    An Azure Event Hubs-shaped login ($ConnectionString) works as any other."""
+    suffix = uuid.uuid4().hex[:8]
+    denied, allowed = f"denied-{suffix}", f"allowed-{suffix}"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        admin.create_topics([NewTopic(denied, 1, 1), NewTopic(allowed, 1, 1)])
+        created = admin.create_acls(
+            [
+                ACL(
+                    f"User:{SASL_USER}",
+                    "*",
+                    ACLOperation.ALL,
+                    ACLPermissionType.DENY,
+                    ResourcePattern(
+                        ResourceType.TOPIC, denied, ACLResourcePatternType.LITERAL
+                    ),
+                )
+            ]
+        )
+        assert created["failed"] == []
+    finally:
+        admin.close()
+    login = security.KafkaSecurity(
+        {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "username": SASL_USER,
+            "password": SASL_PASSWORD,
+            "kafka.ssl.truststore.location": str(broker.tls_dir / "ca.pem"),
+            "kafka.ssl.truststore.type": "PEM",
+        }
+    )
+    servers = broker.tls_bootstrap_servers["SASL_SSL"]
+    until = time.monotonic() + 10  # the ACL reaches the broker's metadata
+    while (found := security.forbidden_topics(servers, login, [denied, allowed])) != [
+        denied
+    ] and time.monotonic() < until:
+        time.sleep(0.2)
+    assert found == [denied]
+
+    event_hubs_shaped = {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN",
+        "username": EVENT_HUBS_USER,
+        "password": EVENT_HUBS_PASSWORD,
+        "kafka.ssl.truststore.location": str(broker.tls_dir / "ca.pem"),
+        "kafka.ssl.truststore.type": "PEM",
+    }
+    kafka = plugin_tool("kafka")
+    assert kafka.client_security(event_hubs_shaped, servers)["sasl_plain_username"] == (
+        EVENT_HUBS_USER
+    )

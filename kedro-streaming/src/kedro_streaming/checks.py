@@ -21,7 +21,7 @@ from pyspark.sql.utils import is_remote
 from .dataset import APPEND_ONLY_FORMATS, SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError
 from .options import INTERVAL_TRIGGERS, OptionNames, interval_problem, option_problems
-from .security import connection_problem, kafka_python_logs
+from .security import connection_problem, forbidden_topics, kafka_python_logs
 from .session import spark_location
 from .state import SETTING_NAMES, StreamState
 
@@ -731,8 +731,18 @@ def check_kafka_topics(
             )
             continue
         auto_create = options.get("kafka.allow.auto.create.topics", "").lower()
-        for topic in topics:
-            if topic in existing or auto_create == "true":
+        missing = [topic for topic in topics if topic not in existing]
+        refused = _forbidden(dataset, servers, missing)
+        user = dataset.kafka_security.username
+        for topic in refused:
+            problems.append(
+                f"'{name}' reads the topic '{topic}', which the brokers at {servers} "
+                f"do not let {f'user {user!r}' if user else 'this client'} describe "
+                "or read (TOPIC_AUTHORIZATION_FAILED): ask the cluster's "
+                "administrators for Describe and Read on it, or fix the topic's name"
+            )
+        for topic in missing:
+            if topic in refused or auto_create == "true":
                 continue
             close = difflib.get_close_matches(topic, sorted(existing), n=3, cutoff=0.6)
             problems.append(
@@ -772,6 +782,16 @@ def check_kafka_topics(
             "Kafka topics in conf/ cannot be read as configured:\n  - "
             + "\n  - ".join(problems)
         )
+
+
+def _forbidden(dataset: SparkStreamingDataset, servers: str, topics: list[str]):
+    """The topics of ``topics`` the brokers do not let the dataset's client see."""
+    if not topics:
+        return []
+    try:
+        return forbidden_topics(servers, dataset.kafka_security, topics)
+    except Exception:  # noqa: BLE001 (then only "missing" can be said)
+        return []
 
 
 def _say_new_sink_topic(name: str, dataset: SparkStreamingDataset) -> None:

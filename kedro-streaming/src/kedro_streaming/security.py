@@ -547,3 +547,31 @@ def client_failure(
             f"({type(error).__name__}: {error})"
         )
     return f"did not answer as asked ({type(error).__name__}: {error})"
+
+
+_TOPIC_AUTHORIZATION_FAILED = 29  # Kafka's error code
+
+
+def forbidden_topics(
+    servers: str, security: KafkaSecurity, topics: list[str]
+) -> list[str]:
+    """The topics of ``topics`` the brokers do not let this client describe
+    (they leave such topics out of a listing, as if they did not exist)."""
+    from kafka.admin import KafkaAdminClient  # noqa: PLC0415
+
+    with kafka_python_logs():
+        admin = KafkaAdminClient(
+            bootstrap_servers=servers,
+            request_timeout_ms=5000,
+            **security.kafka_python(),
+        )
+        try:
+            described = admin.describe_topics(topics)
+        finally:
+            admin.close()
+    refused = {
+        topic["name"]
+        for topic in described
+        if topic["error_code"] == _TOPIC_AUTHORIZATION_FAILED
+    }
+    return [topic for topic in topics if topic in refused]

@@ -78,7 +78,7 @@ DATA_DIR = Path("data/kafka-broker")
 STATE_FILE = "broker.json"
 NODE_ID = 1
 
-_USERNAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_USERNAME_RE = re.compile(r"^[A-Za-z0-9_.$-]+$")
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.-]*$")
 
 
