@@ -133,6 +133,12 @@ def test_each_connection_problem_is_named(security, broker, plugin_tool, tmp_pat
             f"the trust store {tmp_path} (kafka.ssl.truststore.location in the "
             "credentials) cannot be read: Is a directory",
         ),
+        "a PEM trust store without its type (Kafka's default: JKS)": (
+            servers["SSL"],
+            {**trust_pem, "kafka.ssl.truststore.type": ""},
+            f"the trust store {tls / 'ca.pem'} is a PEM file, read as JKS: set "
+            "kafka.ssl.truststore.type: PEM in the credentials",
+        ),
         "a wrong PKCS12 trust store password": (
             servers["SSL"],
             {**p12_trust, "kafka.ssl.truststore.password": "wrong"},
@@ -163,7 +169,10 @@ def test_each_connection_problem_is_named(security, broker, plugin_tool, tmp_pat
             servers["SSL"],
             {},
             "speaks TLS on this port, while security_protocol is PLAINTEXT or "
-            "SASL_PLAINTEXT: set security_protocol to SSL (or SASL_SSL)",
+            "SASL_PLAINTEXT (the default, when the credentials entry the dataset "
+            "names sets none: Kedro reads conf/base and the run's --env only, not "
+            "conf/local with --env kafka): set security_protocol to SSL (or "
+            "SASL_SSL)",
         ),
         "a TLS client on a plain port": (
             plain,

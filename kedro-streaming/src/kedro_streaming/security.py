@@ -189,7 +189,8 @@ class KafkaSecurity:
         """A store's location, type and password."""
         return (
             self.settings.get(f"ssl.{kind}.location"),
-            self.settings.get(f"ssl.{kind}.type", "JKS").upper(),
+            # Empty (a variable set to nothing) is Kafka's default too.
+            (self.settings.get(f"ssl.{kind}.type") or "JKS").upper(),
             self.settings.get(f"ssl.{kind}.password"),
         )
 
@@ -202,6 +203,7 @@ class KafkaSecurity:
         if not location:
             return None
         data = _read_store(location, "truststore")
+        _check_not_pem(data, kind, location, "truststore")
         if kind == "PEM":
             return data.decode("ascii", errors="replace")
         _, _, certificates = _open_store(location, kind, password, data, "truststore")
@@ -219,6 +221,7 @@ class KafkaSecurity:
         if not location:
             return None
         data = _read_store(location, "keystore")
+        _check_not_pem(data, kind, location, "keystore")
         if kind == "PEM":
             return data, data, key_password
         key, certificate, others = _open_store(
@@ -261,6 +264,17 @@ def _read_store(location: str, kind: str) -> bytes:
 
 
 _STORE_NAMES = {"truststore": "trust store", "keystore": "key store"}
+
+
+def _check_not_pem(data: bytes, kind: str, location: str, store: str) -> None:
+    """A PEM file read as the JKS Kafka assumes by default fails on its
+    password: say what it is instead."""
+    if kind != "PEM" and data.lstrip().startswith(b"-----BEGIN"):
+        raise StreamingConfigError(
+            f"the {_STORE_NAMES[store]} {location} is a PEM file, read as {kind}: "
+            f"set kafka.ssl.{store}.type: PEM in the credentials "
+            f"(KAFKA_SSL_{store.upper()}_TYPE=PEM with conf/kafka/credentials.yml)"
+        )
 
 
 def _open_store(location, kind, password, data, store, key_password=None):  # noqa: PLR0917
@@ -486,12 +500,43 @@ def _plain_problem(raw: socket.socket, host: str) -> str | None:
         return None
     return (
         "speaks TLS on this port, while security_protocol is PLAINTEXT or "
-        "SASL_PLAINTEXT: set security_protocol to SSL (or SASL_SSL) with a trust "
-        "store, or use the port of its plain listener"
+        "SASL_PLAINTEXT (the default, when the credentials entry the dataset "
+        "names sets none: Kedro reads conf/base and the run's --env only, not "
+        "conf/local with --env kafka): set security_protocol to SSL (or "
+        "SASL_SSL) with a trust store, or use the port of its plain listener"
     )
 
 
 # -- kafka-python's failures ---------------------------------------------------
+
+
+def _login_refused(logged: list[str]) -> bool:
+    text = " ".join(logged)
+    return "SaslAuthenticationFailed" in text or "Authentication failed" in text
+
+
+def _login_refused_on_retry(
+    servers: str, security: KafkaSecurity, attempts: int = 4
+) -> bool:
+    """Whether the brokers refuse the login, asked again: kafka-python
+    sometimes sees the connection close before the broker's answer."""
+    from kafka.admin import KafkaAdminClient  # noqa: PLC0415
+    from kafka.errors import KafkaError  # noqa: PLC0415
+
+    for _ in range(attempts):
+        with kafka_python_logs() as logged:
+            try:
+                KafkaAdminClient(
+                    bootstrap_servers=servers,
+                    bootstrap_timeout_ms=3000,
+                    **security.kafka_python(),
+                ).close()
+            except KafkaError:
+                if _login_refused(logged):
+                    return True
+            else:
+                return False
+    return False
 
 
 class _Collect(logging.Handler):
@@ -535,16 +580,18 @@ def client_failure(
     if problem:
         return problem
     text = " ".join(logged)
-    if "SaslAuthenticationFailed" in text or "Authentication failed" in text:
-        return (
-            f"refused the {security.mechanism} login of user "
-            f"'{security.username or '?'}': check the password (and the user) of "
-            "the credentials"
-        )
     if "AuthorizationFailed" in text or "AuthorizationFailed" in str(error):
         return (
             f"does not allow user '{security.username or '?'}' what was asked "
             f"({type(error).__name__}: {error})"
+        )
+    if security.uses_sasl and (
+        _login_refused(logged) or _login_refused_on_retry(servers, security)
+    ):
+        return (
+            f"refused the {security.mechanism} login of user "
+            f"'{security.username or '?'}': check the password (and the user) of "
+            "the credentials"
         )
     return f"did not answer as asked ({type(error).__name__}: {error})"
 

@@ -693,6 +693,9 @@ class LocalKafka:
             f"{key}={_escape_property(str(value))}"
             for key, value in self._server_properties().items()
         ]
+        # It holds the SASL users' passwords: for its owner's eyes only.
+        self.properties_path.touch(mode=0o600)
+        self.properties_path.chmod(0o600)
         self.properties_path.write_text("\n".join(lines) + "\n", encoding="ascii")
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
 

@@ -87,7 +87,10 @@ def run_broker(args: argparse.Namespace) -> int:
         return broker.reset(args.data_dir)
     port = args.port
     if port is None:
-        servers = kafka_conf(args.env)[0]["bootstrap_servers"]
+        try:
+            servers = kafka_conf(args.env)[0]["bootstrap_servers"]
+        except ValueError:  # conf/<env> not written yet: Kafka's usual port
+            servers = "localhost:9092"
         port = int(servers.split(",")[0].rpartition(":")[2])
     users = {}
     for spec in args.sasl_user or []:
