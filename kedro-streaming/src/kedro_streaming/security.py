@@ -185,25 +185,26 @@ class KafkaSecurity:
 
     # -- stores --------------------------------------------------------------
 
-    def _store(self, kind: str) -> tuple[str | None, str, str | None]:
-        """A store's location, type and password."""
-        return (
-            self.settings.get(f"ssl.{kind}.location"),
-            # Empty (a variable set to nothing) is Kafka's default too.
-            (self.settings.get(f"ssl.{kind}.type") or "JKS").upper(),
-            self.settings.get(f"ssl.{kind}.password"),
-        )
+    def _store(self, store: str) -> tuple[str, str, str | None, bytes] | None:
+        """A store's location, type, password and contents (None: not set)."""
+        location = self.settings.get(f"ssl.{store}.location")
+        if not location:
+            return None
+        # Empty (a variable set to nothing) is Kafka's default too.
+        kind = (self.settings.get(f"ssl.{store}.type") or "JKS").upper()
+        data = _read_store(location, store)
+        _check_not_pem(data, kind, location, store)
+        return location, kind, self.settings.get(f"ssl.{store}.password"), data
 
     def _trusted_certificates(self) -> str | None:
         """The trust store's certificates as PEM text (None: none configured)."""
         inline = self.settings.get("ssl.truststore.certificates")
         if inline:
             return inline
-        location, kind, password = self._store("truststore")
-        if not location:
+        found = self._store("truststore")
+        if found is None:
             return None
-        data = _read_store(location, "truststore")
-        _check_not_pem(data, kind, location, "truststore")
+        location, kind, password, data = found
         if kind == "PEM":
             return data.decode("ascii", errors="replace")
         _, _, certificates = _open_store(location, kind, password, data, "truststore")
@@ -217,11 +218,10 @@ class KafkaSecurity:
         if inline_key:
             chain = self.settings.get("ssl.keystore.certificate.chain", "")
             return inline_key.encode(), chain.encode(), key_password
-        location, kind, password = self._store("keystore")
-        if not location:
+        found = self._store("keystore")
+        if found is None:
             return None
-        data = _read_store(location, "keystore")
-        _check_not_pem(data, kind, location, "keystore")
+        location, kind, password, data = found
         if kind == "PEM":
             return data, data, key_password
         key, certificate, others = _open_store(
