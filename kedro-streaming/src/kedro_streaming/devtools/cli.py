@@ -96,7 +96,14 @@ def run_broker(args: argparse.Namespace) -> int:
     for spec in args.sasl_user or []:
         user, colon, password = spec.partition(":")
         if not colon:
-            raise ValueError(f"--sasl-user takes USER:PASSWORD, not {user!r}")
+            # USER alone: the password the project's credentials read, kept
+            # off the command line (and so out of `ps`).
+            password = os.environ.get("KAFKA_SASL_PASSWORD")
+            if not password:
+                raise ValueError(
+                    f"--sasl-user {user}: give USER:PASSWORD, or export "
+                    "KAFKA_SASL_PASSWORD"
+                )
         users[user] = password
     return broker.start(
         args.data_dir,
@@ -257,8 +264,10 @@ def parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--sasl-user",
         action="append",
-        metavar="USER:PASSWORD",
-        help="add a SASL_PLAINTEXT/PLAIN listener with this user (repeatable)",
+        metavar="USER[:PASSWORD]",
+        help="add a SASL_PLAINTEXT listener (and SASL_SSL with --tls) with this "
+        "user, for PLAIN and SCRAM-SHA-512 (repeatable); without :PASSWORD, "
+        "the password is $KAFKA_SASL_PASSWORD",
     )
     start.add_argument("--sasl-port", type=int)
     start.add_argument(
