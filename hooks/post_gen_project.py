@@ -72,6 +72,7 @@ TAXI_ONLY = [
     "conf/kafka/globals.yml",
     "conf/delta/catalog.yml",
     "docker-compose.yml",
+    "docker-compose.tls.yml",
     "docs/expectations.md",
     "docs/streams.md",
     "docs/kafka.md",

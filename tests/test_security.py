@@ -8,10 +8,16 @@ and test_spark_lines (mutual TLS)."""
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import shutil
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+import yaml
 from cryptography.hazmat.primitives.serialization import Encoding
 from kafka.admin import (
     ACL,
@@ -282,3 +288,149 @@ def test_a_topic_the_user_may_not_read_is_named_as_such(security, broker, plugin
     assert kafka.client_security(event_hubs_shaped, servers)["sasl_plain_username"] == (
         EVENT_HUBS_USER
     )
+
+
+def _image_properties(environment: dict[str, str], secrets: Path) -> dict[str, str]:
+    """The server.properties Kafka's Docker image (apache/kafka) writes from a
+    service's environment, as its scripts do: the keystore settings derived
+    from KAFKA_SSL_*_FILENAME and *_CREDENTIALS under /etc/kafka/secrets,
+    then each KAFKA_ variable renamed (`_` to `.`, `__` to `_`, `___` to `-`,
+    lower case) unless excluded; a value holding `=` is dropped by the image."""
+    env = dict(environment)
+    if "SSL://" in env["KAFKA_ADVERTISED_LISTENERS"]:
+        env["KAFKA_SSL_KEYSTORE_LOCATION"] = (
+            f"/etc/kafka/secrets/{env['KAFKA_SSL_KEYSTORE_FILENAME']}"
+        )
+        for name in ("KEY", "KEYSTORE"):
+            file = secrets / env[f"KAFKA_SSL_{name}_CREDENTIALS"]
+            env[f"KAFKA_SSL_{name}_PASSWORD"] = file.read_text()
+    excluded = {"KAFKA_OPTS", "KAFKA_HEAP_OPTS", "KAFKA_VERSION", "KAFKA_JMX_OPTS"}
+    properties = {}
+    for name, value in env.items():
+        if not name.startswith("KAFKA_") or name in excluded:
+            continue
+        assert "=" not in str(value), f"the image would drop {name}"
+        key = re.sub(
+            r"[^_]_[^_]", lambda m: m.group().replace("_", "."), name[len("KAFKA_") :]
+        )
+        key = key.replace("___", "-").replace("__", "_").lower()
+        properties[key] = str(value).replace("/etc/kafka/secrets", str(secrets))
+    return properties
+
+
+def test_the_compose_tls_broker_serves_each_listener(
+    security, generated_project, plugin_tool, project_bin, tmp_path
+):
+    """docker-compose.tls.yml, read as Docker Compose and Kafka's image read
+    it, runs a real broker (no Docker here: the same Kafka from its jars,
+    with the properties the image would write): the files of
+    `kedro streams broker tls-files` serve its SSL, MTLS and SASL_SSL
+    listeners, PLAIN logins come from the JAAS file (escaped: SASL_PASSWORD
+    holds quotes, a backslash, `;`, a line break and non-ASCII), SCRAM ones
+    from `kedro streams broker add-users`."""
+    broker_tool = plugin_tool("broker")
+    base = yaml.safe_load((generated_project / "docker-compose.yml").read_text())
+    tls = yaml.safe_load((generated_project / "docker-compose.tls.yml").read_text())
+    kafka = tls["services"]["kafka"]
+    environment = base["services"]["kafka"]["environment"] | kafka["environment"]
+    assert kafka["volumes"] == ["kafka-secrets:/etc/kafka/secrets:ro"]
+    assert "kafka-secrets" in tls["volumes"]
+
+    def streams(*args: str) -> None:
+        subprocess.run(
+            [project_bin / "python", "-m", "kedro_streaming.devtools", *args],
+            env={**os.environ, "KAFKA_SASL_PASSWORD": SASL_PASSWORD},
+            cwd=tmp_path,
+            check=True,
+        )
+
+    data = tmp_path / "kafka-broker"
+    streams("broker", "tls-files", "--sasl-user", SASL_USER, "--data-dir", str(data))
+    # What the one-shot tls-files service copies into the broker's volume.
+    script = tls["services"]["tls-files"]["command"][0]
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    for name in re.search(r"for file in ([^;]+);", script).group(1).split():
+        shutil.copy(data / "tls" / name, secrets / name)
+
+    # The compose ports, on free ones here (the session's broker may hold them).
+    ports = {
+        compose_port: free
+        for compose_port, free in zip(
+            (9092, 9093, 9094, 9095, 9099), broker_tool.free_ports(5)
+        )
+    }
+    for port in (9093, 9094, 9095):
+        assert f"{port}:{port}" in kafka["ports"]
+    properties = _image_properties(environment, secrets)
+    for key in ("listeners", "advertised.listeners", "controller.quorum.voters"):
+        properties[key] = re.sub(
+            r":(\d{4})\b", lambda m: f":{ports[int(m[1])]}", properties[key]
+        )
+    del properties["log.dirs"]  # the container's path: a temporary folder here
+    jvm_options = tuple(
+        option.replace("/etc/kafka/secrets", str(secrets))
+        for option in environment["KAFKA_OPTS"].split()
+    )
+    with broker_tool.LocalKafka(
+        port=ports[9092], extra_properties=properties, jvm_options=jvm_options
+    ):
+        plain = f"127.0.0.1:{ports[9092]}"
+        streams(
+            "broker",
+            "add-users",
+            "--sasl-user",
+            SASL_USER,
+            "--bootstrap-servers",
+            plain,
+        )
+        trust = {
+            "kafka.ssl.truststore.location": str(data / "tls" / "ca.pem"),
+            "kafka.ssl.truststore.type": "PEM",
+        }
+        key = {
+            "kafka.ssl.keystore.location": str(data / "tls" / "client.p12"),
+            "kafka.ssl.keystore.type": "PKCS12",
+            "kafka.ssl.keystore.password": (
+                data / "tls" / "store-password"
+            ).read_text(),
+        }
+        login = {"username": SASL_USER, "password": SASL_PASSWORD}
+        cases = {
+            "SSL": (9093, {"security_protocol": "SSL", **trust}),
+            "MTLS": (9094, {"security_protocol": "SSL", **trust, **key}),
+            "SASL_SSL/PLAIN": (
+                9095,
+                {
+                    "security_protocol": "SASL_SSL",
+                    "sasl_mechanism": "PLAIN",
+                    **trust,
+                    **login,
+                },
+            ),
+            "SASL_SSL/SCRAM-SHA-512": (
+                9095,
+                {
+                    "security_protocol": "SASL_SSL",
+                    "sasl_mechanism": "SCRAM-SHA-512",
+                    **trust,
+                    **login,
+                },
+            ),
+        }
+        for case, (port, credentials) in cases.items():
+            servers = f"localhost:{ports[port]}"
+            login_security = security.KafkaSecurity(credentials)
+            assert security.connection_problem(servers, login_security) is None, case
+            admin = KafkaAdminClient(
+                bootstrap_servers=servers, **login_security.kafka_python()
+            )
+            try:
+                assert isinstance(admin.list_topics(), list), case
+            finally:
+                admin.close()
+        # Client certificates are asked for on MTLS only.
+        assert "certificate" in security.connection_problem(
+            f"localhost:{ports[9094]}",
+            security.KafkaSecurity({"security_protocol": "SSL", **trust}),
+        )

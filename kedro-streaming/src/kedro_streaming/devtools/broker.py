@@ -370,6 +370,7 @@ class LocalKafka:
         tls_ports: Mapping[str, int] | None = None,
         extra_tls_listeners: Mapping[str, os.PathLike] | None = None,
         tls_dir: os.PathLike | None = None,
+        jvm_options: tuple[str, ...] = (),
     ) -> None:
         """Configures (but does not start) a broker.
 
@@ -391,6 +392,7 @@ class LocalKafka:
             extra_tls_listeners: More SSL listeners, each with a PEM key store
                 of its own (``{name: path}``): certificates to test clients with.
             tls_dir: Where the CA and certificates are (made if missing).
+            jvm_options: More options for the broker's JVM (a JAAS file's, say).
         """
         if sasl_users is not None:
             if not sasl_users:
@@ -414,6 +416,7 @@ class LocalKafka:
         self._requested_tls_dir = Path(tls_dir).resolve() if tls_dir else None
         self.tls_dir: Path | None = None
         self.heap = heap
+        self.jvm_options = tuple(jvm_options)
         self.extra_properties = dict(extra_properties or {})
         self.keep_data = data_dir is not None
         self.detach = detach
@@ -656,23 +659,8 @@ class LocalKafka:
         return props
 
     def _create_scram_users(self) -> None:
-        """Registers ``sasl_users`` for SCRAM-SHA-512 (again at each start: a
-        changed password takes effect)."""
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
-        try:
-            errors = admin.alter_user_scram_credentials(
-                [
-                    UserScramCredentialUpsertion(
-                        user, ScramMechanism.SCRAM_SHA_512, password, iterations=8192
-                    )
-                    for user, password in self.sasl_users.items()
-                ]
-            )
-        finally:
-            admin.close()
-        failed = {user: error for user, error in errors.items() if error}
-        if failed:
-            raise BrokerError(f"SCRAM users not created: {failed}")
+        # Again at each start: a changed password takes effect.
+        create_scram_users(self.bootstrap_servers, self.sasl_users)
 
     def _prepare(self, libs: Path, java: str, deadline: float) -> None:
         """Creates the data dir, writes config files and formats storage once."""
@@ -745,6 +733,7 @@ class LocalKafka:
             # Console-only logging needs no flush hook; avoids a spurious WARN at exit.
             "-Dlog4j2.shutdownHookEnabled=false",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            *self.jvm_options,
             "-cp",
             str(libs / "*"),  # the JVM expands "dir/*" to every jar in dir
             main_class,
@@ -803,6 +792,44 @@ class LocalKafka:
 
 # The commands of `kedro streams broker`: the broker runs detached, and
 # <data_dir>/broker.json records it for the next command.
+
+
+def create_scram_users(
+    bootstrap_servers: str, users: Mapping[str, str], **security
+) -> None:
+    """Registers (or updates) ``users``' SCRAM-SHA-512 logins on a running
+    broker, through the Admin API: no password on a command line."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **security)
+    try:
+        errors = admin.alter_user_scram_credentials(
+            [
+                UserScramCredentialUpsertion(
+                    user, ScramMechanism.SCRAM_SHA_512, password, iterations=8192
+                )
+                for user, password in users.items()
+            ]
+        )
+    finally:
+        admin.close()
+    failed = {user: error for user, error in errors.items() if error}
+    if failed:
+        raise BrokerError(f"SCRAM users not created: {failed}")
+
+
+def write_jaas_file(path: Path, users: Mapping[str, str]) -> Path:
+    """A broker's JAAS file (``-Djava.security.auth.login.config``): PLAIN
+    logins of ``users`` and SCRAM-SHA-512, on every SASL listener. Kafka's
+    Docker image takes SASL settings only this way."""
+    text = (
+        "KafkaServer {\n"
+        f"  {_jaas_plain_config(users)}\n"
+        "  org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+        "};\n"
+    )
+    path.touch(mode=0o600)
+    path.chmod(0o600)  # it holds the passwords
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 def _read_state(data_dir: Path) -> dict | None:

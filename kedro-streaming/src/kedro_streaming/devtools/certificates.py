@@ -6,9 +6,10 @@ configured with its files keep working across restarts::
     ca.pem               the CA's certificate: the clients' trust store (PEM)
     truststore.p12       the same, as a PKCS12 trust store (Java's keytool)
     broker.pem           the broker's key and certificate (localhost, 127.0.0.1)
+    broker.p12           the same, as a PKCS12 key store (the compose broker's)
     client.pem           a client's key and certificate, for mutual TLS (PEM)
     client.p12           the same, as a PKCS12 key store
-    store-password       the password of the two .p12 stores
+    store-password       the password of the .p12 stores
 
 The keys are not encrypted in the .pem files: they are throwaway keys of a
 development CA, readable by their owner only.
@@ -170,6 +171,7 @@ def ensure_tls_files(
         ``folder``.
     """
     if (folder / "client.p12").is_file():
+        _broker_p12(folder)  # a folder made before broker.p12 existed
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
@@ -193,7 +195,29 @@ def ensure_tls_files(
         ),
     )
     _java_trust_store(folder / "ca.pem", folder / "truststore.p12", password)
+    _broker_p12(folder)
     return folder
+
+
+def _broker_p12(folder: Path) -> None:
+    """``broker.p12`` from ``broker.pem``, once: Kafka's Docker image takes a
+    key store with a password, which a PEM key store cannot have."""
+    if (folder / "broker.p12").is_file():
+        return
+    pem = (folder / "broker.pem").read_bytes()
+    key = serialization.load_pem_private_key(pem, None)
+    certificate, *chain = x509.load_pem_x509_certificates(pem)
+    password = (folder / "store-password").read_bytes()
+    _write_private(
+        folder / "broker.p12",
+        pkcs12.serialize_key_and_certificates(
+            b"broker",
+            key,
+            certificate,
+            chain,
+            serialization.BestAvailableEncryption(password),
+        ),
+    )
 
 
 def _java_trust_store(ca: Path, store: Path, password: str) -> None:

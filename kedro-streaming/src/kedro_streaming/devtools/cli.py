@@ -1,6 +1,6 @@
 """Development services of a streaming project, run from the project root.
 
-    kedro streams broker start|stop|status|reset
+    kedro streams broker start|stop|status|reset|tls-files|add-users
     kedro streams cluster start|stop|status
     kedro streams connect start|stop|status
     kedro streams submit [--env cluster] [-- <kedro run options>]
@@ -30,6 +30,7 @@ from pathlib import Path
 from kafka.errors import KafkaError
 
 from . import broker, kafka, spark
+from .certificates import ensure_tls_files
 from .config import kafka_conf, project_config
 from .processes import say
 
@@ -85,6 +86,13 @@ def run_broker(args: argparse.Namespace) -> int:
         return broker.status(args.data_dir)
     if args.command == "reset":
         return broker.reset(args.data_dir)
+    if args.command == "tls-files":
+        return write_tls_files(args)
+    if args.command == "add-users":
+        servers = args.bootstrap_servers or "localhost:9092"
+        broker.create_scram_users(servers, _sasl_users(args.sasl_user))
+        say(f"SCRAM-SHA-512 logins of {', '.join(args.sasl_user)} on {servers}")
+        return 0
     port = args.port
     if port is None:
         try:
@@ -92,8 +100,23 @@ def run_broker(args: argparse.Namespace) -> int:
         except ValueError:  # conf/<env> not written yet: Kafka's usual port
             servers = "localhost:9092"
         port = int(servers.split(",")[0].rpartition(":")[2])
+    return broker.start(
+        args.data_dir,
+        port,
+        sasl_users=_sasl_users(args.sasl_user),
+        sasl_port=args.sasl_port,
+        heap=args.heap,
+        timeout=args.timeout,
+        tls_ports=dict(zip(("SSL", "MTLS", "SASL_SSL"), args.tls_ports))
+        if args.tls
+        else None,
+    )
+
+
+def _sasl_users(specs: list[str] | None) -> dict[str, str]:
+    """``{user: password}`` of ``--sasl-user USER[:PASSWORD]`` options."""
     users = {}
-    for spec in args.sasl_user or []:
+    for spec in specs or []:
         user, colon, password = spec.partition(":")
         if not colon:
             # USER alone: the password the project's credentials read, kept
@@ -105,17 +128,19 @@ def run_broker(args: argparse.Namespace) -> int:
                     "KAFKA_SASL_PASSWORD"
                 )
         users[user] = password
-    return broker.start(
-        args.data_dir,
-        port,
-        sasl_users=users,
-        sasl_port=args.sasl_port,
-        heap=args.heap,
-        timeout=args.timeout,
-        tls_ports=dict(zip(("SSL", "MTLS", "SASL_SSL"), args.tls_ports))
-        if args.tls
-        else None,
-    )
+    return users
+
+
+def write_tls_files(args: argparse.Namespace) -> int:
+    """The files docker-compose.tls.yml mounts: the CA and stores and, with
+    ``--sasl-user``, the broker's JAAS file."""
+    folder = ensure_tls_files(args.data_dir / "tls")
+    say(f"TLS files (CA, key stores, their password): {folder}")
+    users = _sasl_users(args.sasl_user)
+    if users:
+        jaas = broker.write_jaas_file(folder / "broker-jaas.conf", users)
+        say(f"PLAIN logins of {', '.join(users)}: {jaas}")
+    return 0
 
 
 def stop_or_status(args: argparse.Namespace, state_file: str, what: str) -> int:
@@ -290,7 +315,27 @@ def parser() -> argparse.ArgumentParser:
     stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
     status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
     reset = commands.add_parser("reset", help="stop it and delete its data")
-    for command in (start, stop, status, reset):
+    tls_files = commands.add_parser(
+        "tls-files",
+        help="make the CA and stores (and, with --sasl-user, a JAAS file) "
+        "that docker-compose.tls.yml mounts",
+    )
+    add_users = commands.add_parser(
+        "add-users", help="add SCRAM-SHA-512 logins to a running broker"
+    )
+    add_users.add_argument(
+        "--bootstrap-servers",
+        help="its PLAINTEXT listener (default localhost:9092)",
+    )
+    for command in (tls_files, add_users):
+        command.add_argument(
+            "--sasl-user",
+            action="append",
+            required=command is add_users,
+            metavar="USER[:PASSWORD]",
+            help="a login (repeatable); without :PASSWORD, $KAFKA_SASL_PASSWORD",
+        )
+    for command in (start, stop, status, reset, tls_files):
         command.add_argument("--data-dir", type=Path, default=broker.DATA_DIR)
     start.add_argument("--env", default="kafka", help="conf/<env> (default kafka)")
 
