@@ -1310,7 +1310,13 @@ def java_trust_store(tls_dir: Path) -> Path:
 
 
 def secure_kafka(
-    monkeypatch, broker, listener: str, stores: str = "PEM", mechanism: str = "PLAIN"
+    monkeypatch,
+    broker,
+    listener: str,
+    *,
+    stores: str = "PEM",
+    mechanism: str = "PLAIN",
+    login: tuple[str, str] = (SASL_USER, SASL_PASSWORD),
 ) -> str:
     """Has every command the test runs reach ``broker`` through its TLS
     ``listener`` (SSL, MTLS or SASL_SSL), set up as docs/kafka.md says: the
@@ -1320,6 +1326,7 @@ def secure_kafka(
         stores: ``PEM`` (ca.pem, client.pem), ``PKCS12`` or ``JKS`` (the trust
             store; the key store is then PKCS12).
         mechanism: The SASL mechanism on SASL_SSL.
+        login: Its username and password.
     """
     tls = broker.tls_dir
     password = (tls / "store-password").read_text()
@@ -1352,12 +1359,30 @@ def secure_kafka(
     if listener == "SASL_SSL":
         env |= {
             "KAFKA_SASL_MECHANISM": mechanism,
-            "KAFKA_SASL_USERNAME": SASL_USER,
-            "KAFKA_SASL_PASSWORD": SASL_PASSWORD,
+            "KAFKA_SASL_USERNAME": login[0],
+            "KAFKA_SASL_PASSWORD": login[1],
         }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return broker.tls_bootstrap_servers[listener]
+
+
+def user_caches() -> list[Path]:
+    """The folders a project's runs write outside it (kedro_streaming.session):
+    the jars Spark's packages resolved to, the JVM's class-data archives."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return [root / "spark-packages", root / "spark-class-archives"]
+
+
+def files_holding(roots: list[Path], secrets: tuple[str, ...]) -> list[Path]:
+    """The files below ``roots`` that hold any of ``secrets`` (as UTF-8)."""
+    needles = [secret.encode() for secret in secrets]
+    return [
+        path
+        for root in roots
+        for path in root.rglob("*")
+        if path.is_file() and any(needle in path.read_bytes() for needle in needles)
+    ]
 
 
 def assert_serves_no_secret(

@@ -19,12 +19,14 @@ from collections import Counter
 import yaml
 from kafka.admin import KafkaAdminClient, NewTopic
 from support import (
-    SASL_PASSWORD,
+    EVENT_HUBS_PASSWORD,
+    EVENT_HUBS_USER,
     assert_each_message,
     assert_serves_no_secret,
     bad_messages,
     batch_ids,
     bundled_lines,
+    files_holding,
     free_port,
     point_at_broker,
     progress_records,
@@ -34,6 +36,7 @@ from support import (
     send_to_one_partition,
     start_kedro,
     streams,
+    user_caches,
     wait_for_offsets,
 )
 
@@ -110,11 +113,21 @@ def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(  # noqa: P
     tmp_path,
     monkeypatch,
 ):
-    """Real-Time Mode over SASL_SSL (PLAIN, a PKCS12 trust store); the test's
-    own Kafka clients use the plain listener of the same broker."""
+    """Real-Time Mode over SASL_SSL (PLAIN, a PKCS12 trust store), logged in
+    as Azure Event Hubs has it (`$ConnectionString`, a connection string for
+    a password); the test's own Kafka clients use the plain listener of the
+    same broker."""
     servers = broker_log_on_failure.bootstrap_servers
     secured = secure_kafka(
-        monkeypatch, broker_log_on_failure, "SASL_SSL", stores="PKCS12"
+        monkeypatch,
+        broker_log_on_failure,
+        "SASL_SSL",
+        stores="PKCS12",
+        login=(EVENT_HUBS_USER, EVENT_HUBS_PASSWORD),
+    )
+    secrets = (
+        EVENT_HUBS_PASSWORD,
+        (broker_log_on_failure.tls_dir / "store-password").read_text(),
     )
     project = tmp_path / "project"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
@@ -160,16 +173,14 @@ def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(  # noqa: P
             ui_port,
             metrics_port,
             "trip_messages",
-            (
-                SASL_PASSWORD,
-                (broker_log_on_failure.tls_dir / "store-password").read_text(),
-            ),
+            secrets,
         )
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, log.read_text()[-5000:]
     assert "Started streaming query 'trip_messages'" in log.read_text()
 
+    assert files_holding([project, *user_caches()], secrets) == []
     by_offset = assert_each_message(project, records, messages, trips_topic, outputs)
 
     # At least once: written again is exactly what the killed run wrote after

@@ -38,6 +38,7 @@ from support import (
     secure_kafka,
     send_to_one_partition,
     start_kedro,
+    streams,
     wait_for_offsets,
 )
 
@@ -102,6 +103,10 @@ def test_example_runs_on_another_spark_line(
         example_settings(project),
     )
     assert_matches_reference(project, expected, "data/kafka")
+    status = streams(bin_dir, project, "status", "--env", "kafka").stdout
+    assert f"raw_trips lag {trips_topic} 0 messages" in status
+    validated = streams(bin_dir, project, "validate", "--env", "kafka").stdout
+    assert "query bronze_trips: ok" in validated
 
     # Delta tables, the live summary's MERGE included, with this line's package.
     delta = ["--env", "delta", "--pipelines", "ingest,aggregate,live"]

@@ -376,6 +376,8 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             **self._load_args, **self.kafka_options
         )
         schema = schema or self._schema
+        if self._file_format == "delta":
+            schema = None  # a Delta table carries its own; Spark refuses another
         try:
             if (
                 schema is None
@@ -388,11 +390,23 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             return reader.load(self._path) if self._path else reader.load()
         except AnalysisException as exc:
             message = str(exc)
-            if "PATH_NOT_FOUND" in message or "UNABLE_TO_INFER_SCHEMA" in message:
+            if any(
+                cause in message
+                for cause in (
+                    "PATH_NOT_FOUND",
+                    "UNABLE_TO_INFER_SCHEMA",
+                    "DELTA_SCHEMA_NOT_SET",  # no table there yet
+                )
+            ):
+                or_schema = (
+                    ""
+                    if self._file_format == "delta"
+                    else ", or give the source a `schema` in its load_args"
+                )
                 raise DatasetError(
                     f"There is nothing to stream from '{self._path}' yet: it holds no "
                     f"{self._file_format} files. Run the pipeline that writes it "
-                    "first, or give the source a `schema` in its load_args."
+                    f"first{or_schema}."
                 ) from None
             raise
 
