@@ -162,58 +162,64 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
         if marker.is_file() and marker.read_text().strip() == digest:
             return libs
 
-        mvn = os.environ.get("KAFKA_LOCAL_MVN") or shutil.which("mvn")
-        if not mvn:
-            raise BrokerError("Maven ('mvn') not found on PATH; set KAFKA_LOCAL_MVN.")
         (home / "pom.xml").write_text(pom)
         # Copy into a scratch dir and rename, so an interrupted run never leaves
         # a half-filled libs/ that looks usable.
         staging = home / "libs.partial"
         shutil.rmtree(staging, ignore_errors=True)
-        cmd = [
-            # -U: re-check artifacts a previous failed run marked as missing
-            # (Maven otherwise caches "not found" for a day).  -C: fail, rather
-            # than warn, on a checksum mismatch of a downloaded jar.
-            mvn,
-            "-B",
-            "-q",
-            "-U",
-            "-C",
-            "-Dstyle.color=never",
-            "-f",
-            str(home / "pom.xml"),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}",
-            "-DincludeScope=runtime",
-        ]
-        try:
-            proc = subprocess.run(
-                cmd,
-                cwd=home,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise BrokerError(
-                f"mvn timed out after {timeout}s: {' '.join(cmd)}"
-            ) from exc
-        if proc.returncode != 0 or not any(staging.glob("kafka_*.jar")):
-            output = re.sub(
-                r"\x1b\[[0-9;]*m", "", proc.stdout
-            )  # Maven's ANSI colour codes
-            tail = "\n".join(output.splitlines()[-30:])
-            raise BrokerError(
-                f"Could not resolve Kafka {version} from Maven (exit {proc.returncode}).\n"
-                f"Command: {' '.join(cmd)}\n{tail}"
-            )
+        run_maven(
+            [
+                "-f",
+                str(home / "pom.xml"),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={staging}",
+                "-DincludeScope=runtime",
+            ],
+            home,
+            f"Kafka {version}",
+            timeout=timeout,
+        )
+        if not any(staging.glob("kafka_*.jar")):
+            raise BrokerError(f"Maven resolved no Kafka jar into {staging}")
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
         marker.write_text(digest + "\n")
         return libs
+
+
+def run_maven(arguments: list[str], cwd: Path, what: str, *, timeout: float) -> None:
+    """Runs Maven (``$KAFKA_LOCAL_MVN`` or ``mvn``) to resolve ``what``.
+
+    Raises:
+        BrokerError: Maven is missing, fails or times out (with its output's end).
+    """
+    mvn = os.environ.get("KAFKA_LOCAL_MVN") or shutil.which("mvn")
+    if not mvn:
+        raise BrokerError("Maven ('mvn') not found on PATH; set KAFKA_LOCAL_MVN.")
+    # -U: re-check artifacts a previous failed run marked as missing (Maven
+    # otherwise caches "not found" for a day). -C: fail, rather than warn, on
+    # a checksum mismatch of a download.
+    cmd = [mvn, "-B", "-q", "-U", "-C", "-Dstyle.color=never", *arguments]
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise BrokerError(f"mvn timed out after {timeout}s: {' '.join(cmd)}") from exc
+    if proc.returncode != 0:
+        output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)  # ANSI colour codes
+        tail = "\n".join(output.splitlines()[-30:])
+        raise BrokerError(
+            f"Could not resolve {what} from Maven (exit {proc.returncode}).\n"
+            f"Command: {' '.join(cmd)}\n{tail}"
+        )
 
 
 _PRINTABLE = range(0x20, 0x7F)

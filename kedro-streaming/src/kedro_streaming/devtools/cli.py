@@ -1,6 +1,7 @@
 """Development services of a streaming project, run from the project root.
 
     kedro streams broker start|stop|status|reset|tls-files|add-users
+    kedro streams registry start|stop|status|reset
     kedro streams cluster start|stop|status
     kedro streams connect start|stop|status
     kedro streams submit [--env cluster] [-- <kedro run options>]
@@ -25,14 +26,15 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 from kafka.errors import KafkaError
 
-from . import broker, kafka, spark
+from . import broker, kafka, registry, spark
 from .certificates import ensure_tls_files
 from .config import kafka_conf, project_config
-from .processes import say
+from .processes import ProcessError, say, stop_recorded
 
 
 def run_send(args: argparse.Namespace) -> int:
@@ -143,10 +145,33 @@ def write_tls_files(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_registry(args: argparse.Namespace) -> int:
+    if args.command == "reset":
+        registry.reset(args.data_dir)
+        return 0
+    if args.command != "start":
+        return stop_or_status(args, registry.STATE_FILE, "registry")
+    port = args.port
+    if port is None:
+        try:
+            address = kafka_conf(args.env)[0].get("schema_registry_url")
+        except ValueError:  # conf/<env> not written yet
+            address = None
+        port = urllib.parse.urlsplit(address).port if address else None
+    state = registry.start(
+        args.data_dir,
+        port or registry.DEFAULT_PORT,
+        heap=args.heap,
+        timeout=args.timeout,
+    )
+    say(state["url"])
+    return 0
+
+
 def stop_or_status(args: argparse.Namespace, state_file: str, what: str) -> int:
     """``stop`` or ``status`` of what ``state_file`` in ``--data-dir`` records."""
     if args.command == "stop":
-        stopped = spark.stop(args.data_dir, state_file, args.grace)
+        stopped = stop_recorded(args.data_dir, state_file, args.grace)
         say(f"Stopped the {what}." if stopped else f"The {what} was not running.")
         return 0
     state = spark.status(args.data_dir, state_file)
@@ -339,9 +364,32 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--data-dir", type=Path, default=broker.DATA_DIR)
     start.add_argument("--env", default="kafka", help="conf/<env> (default kafka)")
 
+    add_registry_commands(tools)
     add_kafka_commands(tools)
     add_spark_commands(tools)
     return main
+
+
+def add_registry_commands(tools) -> None:
+    """``registry start|stop|status|reset``."""
+    tool = tools.add_parser(
+        "registry", help="a local schema registry (Apicurio), without Docker"
+    )
+    tool.set_defaults(run=run_registry)
+    commands = tool.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("start", help="start it, detached; wait until ready")
+    start.add_argument(
+        "--port", type=int, help="default: that of kafka.schema_registry_url, or 8081"
+    )
+    start.add_argument("--heap", default="256m", help="JVM heap (default 256m)")
+    start.add_argument("--timeout", type=float, default=180, help="seconds to start")
+    start.add_argument("--env", default="kafka", help="conf/<env> (default kafka)")
+    stop = commands.add_parser("stop", help="stop it; the schemas stay")
+    stop.add_argument("--grace", type=float, default=20.0, help="seconds to SIGKILL")
+    status = commands.add_parser("status", help="its state (exit 3 unless it runs)")
+    reset = commands.add_parser("reset", help="stop it and delete its schemas")
+    for command in (start, stop, status, reset):
+        command.add_argument("--data-dir", type=Path, default=registry.DATA_DIR)
 
 
 def _start_stop_status(tool, start_help: str) -> argparse.ArgumentParser:
@@ -425,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (broker.BrokerError, spark.SparkToolError, KafkaError, ValueError) as error:
+    except (broker.BrokerError, ProcessError, KafkaError, ValueError) as error:
         sys.stderr.write(f"error: {error}\n")
         return 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -12,6 +13,10 @@ import time
 from pathlib import Path
 
 HOST = "127.0.0.1"
+
+
+class ProcessError(RuntimeError):
+    """A detached service that does not start, or is not ours."""
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
@@ -127,3 +132,71 @@ def say(line: object, file=None) -> None:
     stream = file or sys.stdout
     stream.write(f"{line}\n")
     stream.flush()
+
+
+# Detached services (a Spark cluster, a Connect server, a schema registry)
+# keep their state in a JSON file of their data folder: ``processes`` lists
+# each one's pid, log and a marker its command line holds (a pid reused by
+# another program is not ours to stop).
+
+
+def read_state(data_dir: Path, state_file: str) -> dict | None:
+    try:
+        return json.loads((data_dir / state_file).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_state(data_dir: Path, state_file: str, state: dict) -> None:
+    partial = data_dir / f"{state_file}.tmp"
+    partial.write_text(json.dumps(state, indent=2) + "\n")
+    partial.replace(data_dir / state_file)  # readers never see half a file
+
+
+def processes_alive(state: dict) -> bool:
+    """Whether every recorded process still runs what we started."""
+    return all(
+        pid_alive(p["pid"]) and p["marker"] in pid_cmdline(p["pid"])
+        for p in state.get("processes", [])
+    )
+
+
+def processes_status(data_dir: Path, state_file: str) -> dict:
+    """The recorded state, with ``running``."""
+    state = read_state(data_dir, state_file) or {}
+    return {**state, "running": bool(state) and processes_alive(state)}
+
+
+def stop_processes(state: dict, grace: float = 20) -> None:
+    for process in reversed(state.get("processes", [])):  # the last started first
+        if pid_alive(process["pid"]) and process["marker"] in pid_cmdline(
+            process["pid"]
+        ):
+            terminate(process["pid"], grace)
+
+
+def stop_recorded(data_dir: Path, state_file: str, grace: float = 20) -> dict | None:
+    """Stops what ``state_file`` records, if it runs; returns that state."""
+    state = read_state(data_dir, state_file)
+    if state:
+        stop_processes(state, grace)
+        (data_dir / state_file).unlink(missing_ok=True)
+    return state
+
+
+def wait_until_ready(ready, timeout: float, process: dict) -> None:
+    """Waits for ``ready()``; fails with the log's end if the process exits
+    or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if not pid_alive(process["pid"]):
+            raise ProcessError(
+                f"{process['marker']} exited; {process['log']} ends with:\n"
+                + tail(Path(process["log"]), 30)
+            )
+        if time.monotonic() > deadline:
+            raise ProcessError(
+                f"{process['marker']} not ready in {timeout:g} s; {process['log']} "
+                "ends with:\n" + tail(Path(process["log"]), 30)
+            )
+        time.sleep(0.5)

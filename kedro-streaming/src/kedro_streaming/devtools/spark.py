@@ -20,13 +20,22 @@ import json
 import os
 import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pyspark
 
-from .processes import HOST, free_ports, pid_alive, pid_cmdline, tail, terminate
+from .processes import (
+    HOST,
+    ProcessError,
+    free_ports,
+    processes_alive,
+    processes_status,
+    read_state,
+    stop_processes,
+    wait_until_ready,
+    write_state,
+)
 
 SPARK_HOME = Path(pyspark.__file__).parent
 DATA_DIR = Path("data/spark")
@@ -39,7 +48,7 @@ CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 CLIENT_SETTINGS = ("spark.master", "spark.remote", "spark.app.name")
 
 
-class SparkToolError(RuntimeError):
+class SparkToolError(ProcessError):
     """A cluster or server that does not start, or is not ours."""
 
 
@@ -58,7 +67,7 @@ def start_cluster(
         The cluster's state: ``master_url``, ``ui_url``, pids and logs.
     """
     state = read_state(data_dir, CLUSTER_STATE)
-    if state and _alive(state):
+    if state and processes_alive(state):
         return state
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +88,7 @@ def start_cluster(
     )
     state["processes"].append(master)
     try:
-        _wait_for(lambda: _master_json(state) is not None, timeout, master)
+        wait_until_ready(lambda: _master_json(state) is not None, timeout, master)
         for index, worker_ui in enumerate(worker_ui_ports):
             work_dir = data_dir / f"worker-{index}"
             work_dir.mkdir(exist_ok=True)
@@ -96,13 +105,13 @@ def start_cluster(
                     without_pythonpath=True,
                 )
             )
-        _wait_for(
+        wait_until_ready(
             lambda: (_master_json(state) or {}).get("aliveworkers") == workers,
             timeout,
             state["processes"][-1],
         )
     except BaseException:
-        _stop(state)
+        stop_processes(state)
         raise
     write_state(data_dir, CLUSTER_STATE, state)
     return state
@@ -127,7 +136,7 @@ def start_connect(
         timeout: Seconds to wait for it, the connector's download included.
     """
     state = read_state(data_dir, CONNECT_STATE)
-    if state and _alive(state):
+    if state and processes_alive(state):
         return state
     data_dir = data_dir.resolve()
     work_dir = data_dir / "connect"
@@ -148,49 +157,25 @@ def start_connect(
     )
     state = {"remote": f"sc://{HOST}:{port}", "master": master, "processes": [server]}
     try:
-        _wait_for(lambda: _accepts(port), timeout, server)
+        wait_until_ready(lambda: _accepts(port), timeout, server)
     except BaseException:
-        _stop(state)
+        stop_processes(state)
         raise
     write_state(data_dir, CONNECT_STATE, state)
     return state
 
 
-def stop(data_dir: Path, state_file: str, grace: float = 20) -> dict | None:
-    """Stops what ``state_file`` records, if it runs; returns that state."""
-    state = read_state(data_dir, state_file)
-    if state:
-        _stop(state, grace)
-        (data_dir / state_file).unlink(missing_ok=True)
-    return state
-
-
 def status(data_dir: Path, state_file: str) -> dict:
     """The recorded state, with ``running``; a cluster's also with its workers."""
-    state = read_state(data_dir, state_file) or {}
-    running = bool(state) and _alive(state)
-    result = {**state, "running": running}
-    if running and "ui_url" in state:
-        master = _master_json(state) or {}
+    result = processes_status(data_dir, state_file)
+    if result["running"] and "ui_url" in result:
+        master = _master_json(result) or {}
         result["alive_workers"] = master.get("aliveworkers", 0)
         result["applications"] = [
             {"id": app["id"], "name": app["name"], "cores": app.get("cores")}
             for app in master.get("activeapps", []) + master.get("completedapps", [])
         ]
     return result
-
-
-def read_state(data_dir: Path, state_file: str) -> dict | None:
-    try:
-        return json.loads((data_dir / state_file).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def write_state(data_dir: Path, state_file: str, state: dict) -> None:
-    partial = data_dir / f"{state_file}.tmp"
-    partial.write_text(json.dumps(state, indent=2) + "\n")
-    partial.replace(data_dir / state_file)
 
 
 def _spawn(
@@ -219,38 +204,6 @@ def _spawn(
         )
     # spark-class ends in `exec java`: this pid becomes the JVM's.
     return {"pid": process.pid, "log": str(log), "marker": main_class or CONNECT_CLASS}
-
-
-def _alive(state: dict) -> bool:
-    """Whether every recorded process still runs what we started."""
-    return all(
-        pid_alive(p["pid"]) and p["marker"] in pid_cmdline(p["pid"])
-        for p in state.get("processes", [])
-    )
-
-
-def _stop(state: dict, grace: float = 20) -> None:
-    for process in reversed(state.get("processes", [])):  # workers first
-        if pid_alive(process["pid"]) and process["marker"] in pid_cmdline(
-            process["pid"]
-        ):
-            terminate(process["pid"], grace)
-
-
-def _wait_for(ready, timeout: float, process: dict) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if not pid_alive(process["pid"]):
-            raise SparkToolError(
-                f"{process['marker']} exited; {process['log']} ends with:\n"
-                + tail(Path(process["log"]), 30)
-            )
-        if time.monotonic() > deadline:
-            raise SparkToolError(
-                f"{process['marker']} not ready in {timeout:g} s; {process['log']} "
-                "ends with:\n" + tail(Path(process["log"]), 30)
-            )
-        time.sleep(0.5)
 
 
 def _master_json(state: dict) -> dict | None:
