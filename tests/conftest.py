@@ -175,6 +175,22 @@ def broker(broker_tool, plugin_tool, tmp_path_factory):
         instance.stop()
 
 
+@pytest.fixture(scope="session")
+def schema_registry(plugin_tool, tmp_path_factory):
+    """One real schema registry for the session (Apicurio Registry, from Maven
+    Central, as `kedro streams registry start` runs it): its state, ``url``
+    (Confluent's API) and ``data`` (its schemas' folder) among it."""
+    registry = plugin_tool("registry")
+    data = tmp_path_factory.mktemp("schema-registry")
+    started = time.monotonic()
+    state = registry.start(data, plugin_tool("processes").free_ports(1)[0])
+    print(f"schema registry ready in {time.monotonic() - started:.1f} s")
+    try:
+        yield state
+    finally:
+        plugin_tool("processes").stop_recorded(data, registry.STATE_FILE)
+
+
 @pytest.fixture
 def broker_log_on_failure(broker, request):
     failed = request.session.testsfailed

@@ -248,9 +248,9 @@ CASES = [
         ["--pipelines", "records"],
         "StreamingConfigError: spark.yml asks for the Kafka connector "
         "org.apache.spark:spark-sql-kafka-0-10_2.13:3.5.1, but the running Spark is "
-        f"{SPARK_VERSION} built for Scala 2.13. Fix: set spark.jars.packages in "
-        "conf/base/spark.yml to org.apache.spark:spark-sql-kafka-0-10_2.13:"
-        f"{SPARK_VERSION}, or install the pyspark the connector was built for.",
+        f"{SPARK_VERSION} built for Scala 2.13. Fix: in spark.jars.packages of "
+        "conf/base/spark.yml, use org.apache.spark:spark-sql-kafka-0-10_2.13:"
+        f"{SPARK_VERSION}, or install the pyspark the package was built for.",
         False,
     ),
     (

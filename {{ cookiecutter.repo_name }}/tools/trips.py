@@ -351,6 +351,102 @@ def file_messages(path: Path) -> Iterator[str]:
             )
 
 
+# The trips as Avro records (`send --format avro`), one field per TLC field,
+# each nullable as in TLC's files. Version 2 adds the field TLC added in 2025:
+# a backward-compatible change, which readers of version 1 take too.
+_TRIP_FIELDS = {
+    "VendorID": "int",
+    "lpep_pickup_datetime": "timestamp",
+    "lpep_dropoff_datetime": "timestamp",
+    "store_and_fwd_flag": "string",
+    "RatecodeID": "int",
+    "PULocationID": "int",
+    "DOLocationID": "int",
+    "passenger_count": "int",
+    "trip_distance": "double",
+    "fare_amount": "double",
+    "extra": "double",
+    "mta_tax": "double",
+    "tip_amount": "double",
+    "tolls_amount": "double",
+    "ehail_fee": "double",
+    "improvement_surcharge": "double",
+    "total_amount": "double",
+    "payment_type": "int",
+    "trip_type": "int",
+    "congestion_surcharge": "double",
+}
+_AVRO_TYPES = {
+    "int": "int",
+    "double": "double",
+    "string": "string",
+    "timestamp": {"type": "long", "logicalType": "timestamp-millis"},
+}
+AVRO_VERSIONS = (1, 2)
+_CBD_FEE_FROM_VERSION = 2
+
+
+def trip_avro_schema(version: int) -> str:
+    """The Avro schema of a trip, as the registry takes it (JSON text)."""
+    fields = dict(_TRIP_FIELDS)
+    if version >= _CBD_FEE_FROM_VERSION:
+        fields["cbd_congestion_fee"] = "double"
+    return json.dumps(
+        {
+            "type": "record",
+            "name": "GreenTaxiTrip",
+            "namespace": "nyc.tlc",
+            "fields": [
+                {"name": name, "type": ["null", _AVRO_TYPES[kind]], "default": None}
+                for name, kind in fields.items()
+            ],
+        }
+    )
+
+
+def avro_trip(line: str, version: int) -> dict[str, object]:
+    """A JSON line's trip as an Avro record of ``version``.
+
+    Raises:
+        ValueError: The line is not a trip that fits the schema (a field of the
+            wrong type, or not JSON at all), naming why.
+    """
+    record = json.loads(line)
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    trip: dict[str, object] = {}
+    for name, kind in _TRIP_FIELDS.items():
+        value = record.get(name)
+        if value is None:
+            trip[name] = None
+        elif kind == "timestamp":
+            trip[name] = _epoch_millis(value)
+        elif kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            trip[name] = value
+        elif kind == "double" and isinstance(value, (int, float)):
+            trip[name] = float(value)
+        elif kind == "string" and isinstance(value, str):
+            trip[name] = value
+        else:
+            raise ValueError(f"{name} {value!r} is not {kind}")
+    if version >= _CBD_FEE_FROM_VERSION:
+        # TLC's charge for entering Manhattan's congestion zone, from 2025.
+        manhattan = (trip["PULocationID"] or 0) in range(130, 190)
+        trip["cbd_congestion_fee"] = 0.75 if manhattan else 0.0
+    return trip
+
+
+def _epoch_millis(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)  # as the pipeline reads it
+        return int(moment.timestamp() * 1000)
+    raise ValueError(f"{value!r} is not a datetime")
+
+
 def message_key(line: str) -> bytes | None:
     """The trip's PULocationID, so that a zone's trips share a partition."""
     try:

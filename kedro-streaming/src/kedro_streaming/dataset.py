@@ -22,7 +22,10 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
+from .avro import AvroSchemas, decode_values
 from .delta import DELTA_FORMAT, create_delta_table, upsert_batches
+from .errors import StreamingConfigError
+from .schema_registry import SchemaRegistry
 from .security import KafkaSecurity
 from .session import spark_session
 
@@ -43,7 +46,7 @@ TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous", "realTi
 # record through; its trigger's interval is how often the query checkpoints.
 REAL_TIME = "realTime"
 # Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
-_SECRET_MARKERS = ("jaas", "password", "secret", "keystore.key")
+_SECRET_MARKERS = ("jaas", "password", "secret", "keystore.key", "credentials")
 
 
 class SparkDataset(_KedroSparkDataset):
@@ -95,6 +98,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         load_args: dict[str, Any] | None = None,
         save_args: dict[str, Any] | None = None,
         credentials: dict[str, Any] | None = None,
+        avro: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
         """Creates a new streaming dataset.
@@ -112,6 +116,13 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 writer options.
             credentials: Options merged into both reader and writer, e.g. Kafka
                 SASL settings from ``conf/<env>/credentials.yml``.
+            avro: A Kafka source whose values are Avro in Confluent's wire
+                format: ``schema_registry_url``; ``subject`` (default
+                ``<topic>-value``); ``version``, the reader schema's (default
+                ``latest``); ``credentials``, the registry's ``username`` and
+                ``password``. Each message is decoded with the schema its id
+                names into ``value_record`` (by the reader schema), or gets
+                ``value_problem``.
             metadata: Ignored by Kedro; free for users and plugins.
         """
         self._path = str(filepath) if filepath else None
@@ -136,6 +147,8 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         self._writer_options = save
         self._query: StreamingQuery | None = None
         self._started_from: DataFrame | None = None
+        self._avro = dict(avro) if avro else None
+        self._avro_schemas: AvroSchemas | None = None
 
     @property
     def query(self) -> StreamingQuery | None:
@@ -350,6 +363,50 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         """
         return KafkaSecurity(self._credentials).spark_options()
 
+    @property
+    def reads_avro(self) -> bool:
+        """Whether its values are decoded from Avro (the ``avro`` option)."""
+        return self._avro is not None
+
+    @property
+    def avro_schemas(self) -> AvroSchemas:
+        """The writer and reader schemas this source decodes with, from the
+        registry at first use; ``plan_avro_id`` adds one."""
+        if self._avro_schemas is None:
+            options = dict(self._avro)
+            address = options.get("schema_registry_url")
+            if not address:
+                raise StreamingConfigError(
+                    "its `avro` option needs `schema_registry_url`, the registry's "
+                    "API root (e.g. http://localhost:8081/apis/ccompat/v7)"
+                )
+            login = options.get("credentials") or {}
+            registry = SchemaRegistry(
+                address, login.get("username"), login.get("password")
+            )
+            self._avro_schemas = AvroSchemas.from_registry(
+                registry, self._avro_subject(), options.get("version", "latest")
+            )
+        return self._avro_schemas
+
+    def plan_avro_id(self, schema_id: int) -> None:
+        """Looks ``schema_id`` up for the next ``load``: a version registered
+        since the plan (decoded then), or an id the registry lacks (each such
+        record then quarantined with that reason)."""
+        self._avro_schemas = self.avro_schemas.with_id(schema_id)
+
+    def _avro_subject(self) -> str:
+        if self._avro.get("subject"):
+            return str(self._avro["subject"])
+        topics = str(self._load_args.get("subscribe", "")).split(",")
+        if len(topics) != 1 or not topics[0]:
+            raise StreamingConfigError(
+                "its `avro` option needs a `subject`: it reads "
+                f"{self._load_args.get('subscribe') or 'a topic pattern'}, not one "
+                "topic whose <topic>-value subject to read"
+            )
+        return f"{topics[0].strip()}-value"
+
     def _describe(self) -> dict[str, Any]:
         return {
             "filepath": self._path,
@@ -357,6 +414,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             "load_args": _redact(self._load_args),
             "save_args": _redact(self._save_args),
             "credentials": "***" if self._credentials else None,
+            "avro": _redact(self._avro) if self._avro else None,
         }
 
     def load(self) -> DataFrame:
@@ -387,7 +445,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 schema = spark.read.format(self._file_format).load(self._path).schema
             if schema is not None:
                 reader = reader.schema(schema)
-            return reader.load(self._path) if self._path else reader.load()
+            frame = reader.load(self._path) if self._path else reader.load()
+            if self._avro is not None:
+                frame = decode_values(frame, self.avro_schemas)
+            return frame
         except AnalysisException as exc:
             message = str(exc)
             if any(

@@ -25,12 +25,14 @@ from kedro.pipeline import Pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
+from .avro import UNPLANNED_ID
 from .checks import (
     catalog_names_by_env,
     check_before_spark,
     check_run,
     fan_out,
     headline,
+    query_nodes,
     query_sources,
     real_time_plan_problem,
     run_trigger,
@@ -48,6 +50,8 @@ from .state import StreamState, streaming_settings
 logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 0.5
+# Avro schema versions a run takes in while it runs, before it fails instead.
+_MAX_REPLANS = 10
 _PORTS = range(65536)  # 0: no endpoint
 
 
@@ -65,6 +69,7 @@ class StreamingQueryHooks:
         self._triggers: dict[str, dict[str, Any]] = {}
         self._stop_requested = False
         self._failed = False
+        self._replans = 0
         self._serve_after_failure = 0.0
         self._previous_handlers: dict[int, Any] = {}
         self._state = StreamState.from_settings({})
@@ -95,6 +100,7 @@ class StreamingQueryHooks:
         self._observed_by = {}
         self._stop_requested = False
         self._failed = False
+        self._replans = 0
         self._state = StreamState.from_settings(self._settings)
         began = time.monotonic()
         check_before_spark(
@@ -285,8 +291,10 @@ class StreamingQueryHooks:
         while True:
             self._update_progress()
             self._state.heartbeat([n for n, q in self._queries.items() if q.isActive])
-            for name, query in self._queries.items():
+            for name, query in list(self._queries.items()):
                 error = query.exception()
+                if error is not None and self._replanned(name, error):
+                    continue
                 if error is not None:
                     self._failed = True
                     if self._metrics is not None:
@@ -313,6 +321,62 @@ class StreamingQueryHooks:
                 active.awaitTermination(_POLL_SECONDS)
             except StreamingQueryException:
                 pass  # reported by the loop, with the query's name
+
+    def _replanned(self, name: str, error: Exception) -> bool:
+        """Plans a query again when it met an Avro schema id its plan lacks
+        (a version registered while it ran): looks the id up, rebuilds the
+        query's DataFrame from its sources and restarts it from its
+        checkpoint, the failed micro-batch included. At most
+        ``_MAX_REPLANS`` times a run."""
+        found = UNPLANNED_ID.search(str(error))
+        sources = {
+            source: dataset
+            for source, dataset in query_sources(
+                self._catalog, self._pipeline, name
+            ).items()
+            if dataset.reads_avro
+        }
+        if found is None or not sources or self._replans >= _MAX_REPLANS:
+            return False
+        self._replans += 1
+        schema_id = int(found[1])
+        for dataset in sources.values():
+            dataset.plan_avro_id(schema_id)
+        frame = self._rebuild(name)
+        query = self._dataset(name).start(
+            frame, trigger=self._triggers[name], query_name=name
+        )
+        self._queries[name] = query
+        if self._metrics is not None:
+            self._metrics.started(name, query, self._triggers[name])
+        subjects = ", ".join(f"'{d.avro_schemas.subject}'" for d in sources.values())
+        known = any(schema_id in d.avro_schemas.writers for d in sources.values())
+        logger.warning(
+            "Streaming query '%s' met Avro schema id %d, %s: planned it again "
+            "(%d of at most %d replans this run); it resumes from its checkpoint.",
+            name,
+            schema_id,
+            f"registered since it started (subject {subjects})"
+            if known
+            else "which the registry does not have (those records are quarantined)",
+            self._replans,
+            _MAX_REPLANS,
+        )
+        return True
+
+    def _rebuild(self, sink: str) -> Any:
+        """The sink's DataFrame made again: its query's nodes run on what the
+        catalog loads now (a source's refreshed schemas among it)."""
+        names = set(query_nodes(self._catalog, self._pipeline, sink))
+        made: dict[str, Any] = {}
+        for node in self._pipeline.nodes:  # in the order they run
+            if node.name in names:
+                inputs = {
+                    name: made[name] if name in made else self._catalog.load(name)
+                    for name in node.inputs
+                }
+                made.update(node.run(inputs))
+        return made[sink]
 
     def _stop_all(self) -> None:
         for name, query in self._queries.items():

@@ -24,6 +24,8 @@ from pyspark.sql import types as T
 from .errors import StreamingConfigError
 
 CORRUPT_RECORD = "_corrupt_record"
+# A Kafka dataset's Avro option decodes each message into these columns.
+AVRO_RECORD, AVRO_PROBLEM = "value_record", "value_problem"
 # Where each row came from: a file, or a Kafka message. There is no
 # processing-time column on purpose: Spark writes a micro-batch's
 # current_timestamp() into the generated code as a constant, so such a column
@@ -55,9 +57,11 @@ def parse_records(raw: DataFrame, schema: str | T.StructType) -> DataFrame:
     Args:
         raw: Either one JSON record per row in a ``value`` column (text lines
             of a file, or the bytes of Kafka messages with ``topic``,
-            ``partition``, ``offset`` and ``timestamp``); or one column per
-            field of ``schema`` (CSV or parquet files), with an optional
-            ``_corrupt_record`` column holding lines that were not records.
+            ``partition``, ``offset`` and ``timestamp``); or Avro records a
+            Kafka dataset decoded (``value_record``, ``value_problem``: its
+            ``avro`` option); or one column per field of ``schema`` (CSV or
+            parquet files), with an optional ``_corrupt_record`` column
+            holding lines that were not records.
         schema: The record's fields: a DDL string (``"device STRING NOT
             NULL, at TIMESTAMP, value DOUBLE"``) or a ``StructType``. A
             ``NOT NULL`` field is required.
@@ -76,16 +80,25 @@ def parse_records(raw: DataFrame, schema: str | T.StructType) -> DataFrame:
     trimmed, and an empty one is null.
     """
     fields = _struct(schema)
-    records = (
-        _decode_json_values(raw, fields)
-        if "value" in raw.columns and not set(fields.fieldNames()) <= set(raw.columns)
-        else _field_columns(raw, fields)
-    )
+    if AVRO_RECORD in raw.columns:
+        records = _avro_records(raw, fields)
+    elif "value" in raw.columns and not set(fields.fieldNames()) <= set(raw.columns):
+        records = _decode_json_values(raw, fields)
+    else:
+        records = _field_columns(raw, fields)
     record, text = F.col("_record"), F.col("_text_record")
+    # Fields an Avro record already holds with their type: taken as they are.
+    native = (
+        set(records.schema["_native_record"].dataType.fieldNames())
+        if "_native_record" in records.columns
+        else set()
+    )
     typed, problems = {}, [F.col("_decode_problem")]
     for field in fields:
         name = field.name
-        if _decoded(field.dataType):
+        if name in native:
+            given = typed[name] = F.col("_native_record")[name]
+        elif _decoded(field.dataType):
             # Typed by the decoder; its text is there only if the record did not fit.
             given = text[name]
             typed[name] = F.coalesce(record[name], _typed(given, field.dataType))
@@ -235,6 +248,44 @@ def _decode_json_values(raw: DataFrame, fields: T.StructType) -> DataFrame:
         .alias("raw_payload"),
         problem.alias("_decode_problem"),
         *[F.col(name) for name, _ in _KAFKA_ORIGIN.values()],
+    )
+
+
+def _avro_records(raw: DataFrame, fields: T.StructType) -> DataFrame:
+    """Avro records, decoded by the Kafka dataset (``value_record``, null with
+    its ``value_problem`` when not) -> the fields, typed where the Avro type is
+    the schema's, else as text to type by the rules of every path."""
+    avro = raw.schema[AVRO_RECORD].dataType
+    given = {field.name: field.dataType for field in avro.fields}
+    record = F.col(AVRO_RECORD)
+    native = [f for f in fields if given.get(f.name) == f.dataType]
+    other = [f for f in fields if f not in native]
+    columns = {
+        f.name: (
+            F.lit(None).cast("string")  # not in the reader schema: missing
+            if f.name not in given
+            else F.to_json(record[f.name])
+            if isinstance(given[f.name], _NESTED_TYPES)
+            else record[f.name].cast("string")
+        )
+        for f in other
+    } or {"_none": F.lit(None).cast("string")}  # a struct needs a field
+    value = F.col("value")
+    return raw.select(
+        F.struct(*[record[f.name].alias(f.name) for f in native]).alias(
+            "_native_record"
+        ),
+        F.lit(None).cast(_json_schema(fields, typed=True)).alias("_record"),
+        F.when(
+            record.isNotNull(),
+            F.struct(*[c.cast("string").alias(n) for n, c in columns.items()]),
+        ).alias("_text_record"),
+        # The record as JSON; bytes that did not decode, as base64.
+        F.when(record.isNotNull(), F.to_json(record))
+        .otherwise(F.regexp_replace(F.base64(value), r"\s", ""))
+        .alias("raw_payload"),
+        F.col(AVRO_PROBLEM).alias("_decode_problem"),
+        *_origin_columns(raw),
     )
 
 

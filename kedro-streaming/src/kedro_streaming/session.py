@@ -36,9 +36,13 @@ from pyspark.sql.utils import is_remote
 from .delta import check_delta_package
 from .errors import StreamingConfigError
 
-_KAFKA_CONNECTOR = re.compile(
-    r"org\.apache\.spark:spark-sql-kafka-0-10_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
+# Spark's own packages, released with each Spark version: the Kafka connector
+# and Avro support.
+_SPARK_PACKAGE = re.compile(
+    r"org\.apache\.spark:(?P<artifact>spark-sql-kafka-0-10|spark-avro)"
+    r"_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
 )
+_PACKAGE_NAMES = {"spark-sql-kafka-0-10": "the Kafka connector", "spark-avro": "Avro"}
 _settings: dict[str, str] = {}
 # Where a local Spark's UI listens (SPARK_LOCAL_IP, which Spark's UI reads).
 _ui_address: list[str] = []
@@ -515,7 +519,8 @@ def check_kafka_connector(
     scala_version: str | None,
     fix: str | None = None,
 ) -> None:
-    """Fails unless the Kafka connector among ``packages`` fits this Spark.
+    """Fails unless Spark's packages among ``packages`` (the Kafka connector,
+    Avro) fit this Spark.
 
     Args:
         packages: The value of ``spark.jars.packages``.
@@ -523,22 +528,18 @@ def check_kafka_connector(
         scala_version: Its Scala binary version, if known.
         fix: Where to set the right connector; by default ``spark.yml``.
     """
-    for match in _KAFKA_CONNECTOR.finditer(packages):
+    for match in _SPARK_PACKAGE.finditer(packages):
         wrong_version = match["version"] != spark_version
         wrong_scala = scala_version is not None and match["scala"] != scala_version
         if wrong_version or wrong_scala:
             scala = scala_version or match["scala"]
             raise StreamingConfigError(
-                f"spark.yml asks for the Kafka connector {match[0]}, but the running "
-                f"Spark is {spark_version}"
+                f"spark.yml asks for {_PACKAGE_NAMES[match['artifact']]} "
+                f"{match[0]}, but the running Spark is {spark_version}"
                 + (f" built for Scala {scala_version}" if scala_version else "")
-                + f". Fix: {fix or 'set spark.jars.packages in conf/base/spark.yml to'} "
-                f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{spark_version}"
-                + (
-                    ""
-                    if fix
-                    else ", or install the pyspark the connector was built for"
-                )
+                + f". Fix: {fix or 'in spark.jars.packages of conf/base/spark.yml, use'} "
+                f"org.apache.spark:{match['artifact']}_{scala}:{spark_version}"
+                + ("" if fix else ", or install the pyspark the package was built for")
                 + "."
             )
 

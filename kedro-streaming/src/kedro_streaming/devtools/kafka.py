@@ -83,6 +83,7 @@ def send(
     count: int | None = None,
     partitions: int = 2,
     key: Callable[[str], bytes | None] | None = None,
+    value: Callable[[str], bytes] | None = None,
     **security,
 ) -> int:
     """Sends messages to ``topic``; returns how many were acknowledged.
@@ -95,6 +96,7 @@ def send(
         count: Stop after this many messages.
         partitions: Partitions of a topic this call creates.
         key: The key of each message, from its value (none: no key).
+        value: The bytes sent for each message (default: its UTF-8 text).
         **security: kafka-python security settings.
     """
     ensure_topic(bootstrap_servers, topic, partitions, **security)
@@ -109,7 +111,9 @@ def send(
                 break
             futures.append(
                 producer.send(
-                    topic, key=key(line) if key else None, value=line.encode()
+                    topic,
+                    key=key(line) if key else None,
+                    value=value(line) if value else line.encode(),
                 )
             )
             sent += 1

@@ -183,6 +183,11 @@ def start(
         f"-Xmx{heap}",
         f"-Dquarkus.http.host={HOST}",
         f"-Dquarkus.http.port={port}",
+        # Its health and metrics port (9000, every interface): not needed here,
+        # and a second registry would find it taken.
+        "-Dquarkus.management.enabled=false",
+        # No traces sent to an OpenTelemetry collector that is not there.
+        "-Dquarkus.otel.sdk.disabled=true",
         # Durable: the schemas in an H2 database file (the default is in memory).
         f"-Dapicurio.datasource.url=jdbc:h2:file:{data_dir / 'schemas'}",
         "-jar",

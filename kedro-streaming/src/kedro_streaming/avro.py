@@ -1,0 +1,183 @@
+"""Kafka messages in Confluent's wire format: an Avro record framed with the
+id of the schema it was written with (a magic byte 0, the id in 4 bytes,
+big-endian, then the Avro body).
+
+Each record is decoded with its writer schema, the one its id names, and
+projected onto the reader schema (a version of the subject, the latest by
+default), so that records of producers on different versions decode
+together. The ids a query can decode are fixed when it is planned: a record
+with an id it does not know fails the query with ``UNPLANNED_ID`` in the
+message, and the runtime looks the id up and plans the query again
+(:mod:`kedro_streaming.queries`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from .errors import StreamingConfigError
+from .schema_registry import SchemaRegistry
+
+# A field added to the reader schema with a default: Avro's schema resolution
+# fills it in for every record that decodes, while Spark's PERMISSIVE mode
+# gives a record of nulls for one that does not.
+_DECODED = "kedro_streaming_decoded"
+_FRAME_BYTES = 5
+UNPLANNED_ID = re.compile(r"Avro schema id (\d+) is not in the query's plan")
+
+
+@dataclass(frozen=True)
+class AvroSchemas:
+    """What a query decodes with: the writer schema of each id it knows, the
+    reader schema, and the ids the registry has no schema for."""
+
+    registry: SchemaRegistry
+    subject: str
+    version: int | str
+    reader: str
+    writers: dict[int, str] = field(default_factory=dict)
+    unknown_ids: frozenset[int] = frozenset()
+
+    @classmethod
+    def from_registry(
+        cls, registry: SchemaRegistry, subject: str, version: int | str = "latest"
+    ) -> AvroSchemas:
+        """Every version of ``subject`` as a writer; ``version`` as the reader."""
+        versions = registry.versions(subject)
+        reader = registry.version(subject, version).schema
+        return cls(
+            registry,
+            subject,
+            version,
+            reader,
+            {registered.id: registered.schema for registered in versions},
+        )
+
+    def with_id(self, schema_id: int) -> AvroSchemas:
+        """These schemas and ``schema_id``'s (looked up again), for a new plan:
+        a version registered since, or an id the registry does not have."""
+        refreshed = AvroSchemas.from_registry(self.registry, self.subject, self.version)
+        writers, unknown = refreshed.writers, set(self.unknown_ids)
+        if schema_id not in writers:
+            schema = self.registry.schema(schema_id)
+            if schema is None:
+                unknown.add(schema_id)
+            else:
+                writers[schema_id] = schema
+        return replace(refreshed, writers=writers, unknown_ids=frozenset(unknown))
+
+
+def decode_values(
+    raw: DataFrame, schemas: AvroSchemas, column: str = "value"
+) -> DataFrame:
+    """Adds ``<column>_record`` (the record, by the reader schema; null when it
+    did not decode) and ``<column>_problem`` (why not; null when it did).
+
+    Problems: a null value, a frame shorter than 5 bytes, a magic byte other
+    than 0, an id the registry has no schema for, a body that does not decode
+    with its writer schema.
+    """
+    try:
+        reader = json.loads(schemas.reader)
+    except ValueError:
+        reader = None
+    if not isinstance(reader, dict) or reader.get("type") != "record":
+        raise StreamingConfigError(
+            f"subject '{schemas.subject}' (version {schemas.version}) of the schema "
+            f"registry at {schemas.registry.url} is not an Avro record schema: "
+            "the Avro option reads records"
+        )
+    marked = dict(
+        reader,
+        fields=[
+            *reader["fields"],
+            {"name": _DECODED, "type": "boolean", "default": True},
+        ],
+    )
+    value = F.col(column)
+    schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("int")
+    body = F.expr(f"substring(`{column}`, {_FRAME_BYTES + 1})")
+    framed = (F.length(value) >= _FRAME_BYTES) & (
+        F.substring(value, 1, 1) == F.lit(b"\x00")
+    )
+    options = {"mode": "PERMISSIVE", "avroSchema": json.dumps(marked)}
+
+    decoded: Column | None = None
+    for known_id, writer in sorted(schemas.writers.items()):
+        branch = _from_avro(body, writer, options)
+        decoded = (
+            F.when(schema_id == known_id, branch)
+            if decoded is None
+            else decoded.when(schema_id == known_id, branch)
+        )
+    planned = sorted([*schemas.writers, *schemas.unknown_ids])
+    unplanned = F.raise_error(
+        F.concat(
+            F.lit("kedro-streaming: Avro schema id "),
+            schema_id.cast("string"),
+            F.lit(
+                " is not in the query's plan (subject "
+                f"'{schemas.subject}'): the run looks it up and plans again"
+            ),
+        )
+    )
+    fails = framed & ~schema_id.isin(planned) if planned else framed
+    decoded = (
+        F.when(fails, unplanned) if decoded is None else decoded.when(fails, unplanned)
+    )
+    raw = raw.withColumn(f"_{column}_decoded", decoded)
+    record = F.col(f"_{column}_decoded")
+    length = F.length(value).cast("string")
+    problem = (
+        F.when(value.isNull(), F.lit("null value (a tombstone)"))
+        .when(
+            F.length(value) < _FRAME_BYTES,
+            F.concat(
+                F.lit("truncated frame: "),
+                length,
+                F.lit(" bytes, Confluent's wire format has at least 5"),
+            ),
+        )
+        .when(
+            ~framed,
+            F.concat(
+                F.lit("not in Confluent's wire format: magic byte "),
+                F.conv(F.hex(F.substring(value, 1, 1)), 16, 10),
+                F.lit(", 0 expected"),
+            ),
+        )
+        .when(
+            schema_id.isin(sorted(schemas.unknown_ids) or [-1]),
+            F.concat(
+                F.lit("unknown schema id "),
+                schema_id.cast("string"),
+                F.lit(f": the schema registry at {schemas.registry.url} has none"),
+            ),
+        )
+        .when(
+            record[_DECODED].isNull(),
+            F.concat(
+                F.lit("does not decode with its writer schema (id "),
+                schema_id.cast("string"),
+                F.lit(")"),
+            ),
+        )
+    )
+    return raw.withColumns(
+        {
+            f"{column}_record": F.when(record[_DECODED], record.dropFields(_DECODED)),
+            f"{column}_problem": problem,
+        }
+    ).drop(f"_{column}_decoded")
+
+
+def _from_avro(body: Column, writer: str, options: dict[str, str]) -> Column:
+    # Imported here: the module exists only with PySpark's Avro support.
+    from pyspark.sql.avro.functions import from_avro  # noqa: PLC0415
+
+    return from_avro(body, writer, options)

@@ -1,0 +1,213 @@
+"""A schema registry, through Confluent's REST API: Confluent's own registry,
+Confluent Cloud's, Apicurio's (``/apis/ccompat/v7``), Karapace, Redpanda's.
+
+Used by the Avro option of Kafka datasets to look up writer schemas by id and
+readers by subject version, and to register a sink's schema::
+
+    registry = SchemaRegistry("http://localhost:8081/apis/ccompat/v7")
+    latest = registry.version("taxi-trips-value")   # RegisteredSchema
+    registry.schema(latest.id)                        # its Avro text
+
+Every failure is a ``StreamingConfigError`` naming the registry's address
+(without any password) and what to check.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import struct
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import StreamingConfigError
+
+_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+
+@dataclass(frozen=True)
+class RegisteredSchema:
+    """One version of a subject: its global ``id`` (the one framed in each
+    message), its ``version`` within the subject, and its Avro text."""
+
+    subject: str
+    version: int
+    id: int
+    schema: str
+
+
+class SchemaRegistry:
+    """A registry's Confluent-compatible API, with HTTP basic authentication."""
+
+    def __init__(
+        self,
+        url: str,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = 10,
+    ) -> None:
+        parts = urllib.parse.urlsplit(str(url).rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise StreamingConfigError(
+                f"schema_registry_url {self._shown(parts)!r} is not an http(s) "
+                "address: give the registry's API root, e.g. "
+                "http://localhost:8081/apis/ccompat/v7 (Apicurio) or "
+                "https://psrc-xxxx.region.aws.confluent.cloud (Confluent Cloud)"
+            )
+        # user:password@ in the address counts as credentials, and is never shown.
+        username = username or (urllib.parse.unquote(parts.username or "") or None)
+        password = password or (urllib.parse.unquote(parts.password or "") or None)
+        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        self.url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+        """The API root, without credentials: safe to show."""
+        self.username = username
+        self._authorization = (
+            "Basic "
+            + base64.b64encode(f"{username}:{password or ''}".encode()).decode()
+            if username
+            else None
+        )
+        self.timeout = timeout
+
+    @staticmethod
+    def _shown(parts: urllib.parse.SplitResult) -> str:
+        netloc = parts.hostname or ""
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+    def version(self, subject: str, version: int | str = "latest") -> RegisteredSchema:
+        """A version of ``subject`` (``"latest"`` or its number)."""
+        answer = self._get(
+            f"/subjects/{_quote(subject)}/versions/{_quote(str(version))}",
+            missing=f"has no version {version} of subject '{subject}'",
+        )
+        return RegisteredSchema(
+            subject, int(answer["version"]), int(answer["id"]), answer["schema"]
+        )
+
+    def versions(self, subject: str) -> list[RegisteredSchema]:
+        """Every version of ``subject``, oldest first."""
+        numbers = self._get(
+            f"/subjects/{_quote(subject)}/versions",
+            missing=f"has no subject '{subject}': register its schema first, or "
+            "check the subject's name (<topic>-value by default)",
+        )
+        return [self.version(subject, number) for number in sorted(numbers)]
+
+    def schema(self, schema_id: int) -> str | None:
+        """The schema registered with ``schema_id``; None if there is none."""
+        try:
+            return self._get(f"/schemas/ids/{int(schema_id)}", missing=None)["schema"]
+        except _Missing:
+            return None
+
+    def register(self, subject: str, schema: str) -> int:
+        """Registers ``schema`` under ``subject`` (or finds it there): its id.
+
+        A schema the subject's compatibility refuses fails, quoting the
+        registry's answer.
+        """
+        answer = self._request(
+            "POST",
+            f"/subjects/{_quote(subject)}/versions",
+            {"schema": schema},
+            refused=f"refused a new version of subject '{subject}'",
+        )
+        return int(answer["id"])
+
+    def set_compatibility(self, subject: str, level: str) -> None:
+        """Sets ``subject``'s compatibility (BACKWARD, FORWARD, FULL, NONE...)."""
+        self._request(
+            "PUT",
+            f"/config/{_quote(subject)}",
+            {"compatibility": level},
+            refused=f"refused compatibility {level} for subject '{subject}'",
+        )
+
+    def _get(self, path: str, missing: str | None) -> Any:
+        return self._request("GET", path, None, missing=missing)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict | None,
+        *,
+        missing: str | None = None,
+        refused: str = "refused the request",
+    ) -> Any:
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Accept": _CONTENT_TYPE, "Content-Type": _CONTENT_TYPE},
+        )
+        if self._authorization:
+            request.add_header("Authorization", self._authorization)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                return json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as error:
+            detail = _message(error)
+            if error.code in (401, 403):
+                who = f"user '{self.username}'" if self.username else "no credentials"
+                raise StreamingConfigError(
+                    f"the schema registry at {self.url} refused {who} (HTTP "
+                    f"{error.code}): check the registry's username and password "
+                    "in the credentials entry"
+                ) from None
+            if error.code == 404 and missing is not None:
+                raise StreamingConfigError(
+                    f"the schema registry at {self.url} {missing}"
+                ) from None
+            if error.code == 404:
+                raise _Missing from None
+            raise StreamingConfigError(
+                f"the schema registry at {self.url} {refused} (HTTP {error.code}): "
+                f"{detail}"
+            ) from None
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            reason = getattr(error, "reason", error)
+            raise StreamingConfigError(
+                f"the schema registry at {self.url} did not answer ({reason}): "
+                "check schema_registry_url, and that the registry runs "
+                "(`kedro streams registry start` runs one here)"
+            ) from None
+
+
+def avro_framer(registry: SchemaRegistry, subject: str, schema: str):
+    """Registers ``schema`` under ``subject``; returns a function that frames
+    a record (a dict) as Confluent's wire format: magic byte 0, the schema's
+    id, the Avro body. For producers in Python (tests, development tools)."""
+    import fastavro  # noqa: PLC0415 - producers only
+
+    schema_id = registry.register(subject, schema)
+    parsed = fastavro.parse_schema(json.loads(schema))
+    header = b"\x00" + struct.pack(">I", schema_id)
+
+    def frame(record: dict) -> bytes:
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, parsed, record)
+        return header + body.getvalue()
+
+    return frame
+
+
+class _Missing(Exception):
+    """An id the registry does not have (HTTP 404)."""
+
+
+def _quote(part: str) -> str:
+    return urllib.parse.quote(part, safe="")
+
+
+def _message(error: urllib.error.HTTPError) -> str:
+    """The registry's own words: its JSON ``message``, else the body's start."""
+    text = error.read().decode("utf-8", errors="replace")
+    try:
+        return str(json.loads(text).get("message") or text)[:500]
+    except (ValueError, AttributeError):
+        return text[:500]
