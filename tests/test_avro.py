@@ -44,7 +44,8 @@ def use_registry(project, registry_url: str) -> None:
 def bronze_rows(project) -> int:
     """Rows bronze has committed (valid and rejected trips)."""
     bronze = project / "data/kafka/02_intermediate/bronze_trips"
-    if not (bronze / "_spark_metadata").is_dir():
+    log = bronze / "_spark_metadata"
+    if not log.is_dir() or not any(path.name[0].isdigit() for path in log.iterdir()):
         return 0
     return sum(len(pd.read_parquet(path)) for path in committed_files(bronze))
 

@@ -62,9 +62,7 @@ def run_trips(args: argparse.Namespace) -> int:
         messages = trips.bundled_messages(args.files)
     value, unfit = None, []
     if args.format == "avro":
-        value, messages = avro_values(
-            args, settings, credentials, topic, messages, unfit
-        )
+        value, messages = avro_values(args, settings, topic, messages, unfit)
     sent = kafka.send(
         messages,
         servers,
