@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import time
-from pathlib import Path
 
 import pandas as pd
 from kafka import KafkaProducer
@@ -175,7 +174,6 @@ def test_bad_frames_are_quarantined_and_schemas_outlive_a_registry_restart(  # n
     restarted decode after it (its schemas are kept on disk)."""
     trips = project_tool("trips")
     registry_module = importlib.import_module("kedro_streaming.schema_registry")
-    registry_tool, processes = plugin_tool("registry"), plugin_tool("processes")
     project = tmp_path / "bad-frames"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
     servers = broker.bootstrap_servers
@@ -211,10 +209,23 @@ def test_bad_frames_are_quarantined_and_schemas_outlive_a_registry_restart(  # n
     finally:
         producer.close()
 
-    # The registry restarted: the same folder, the same port.
-    data = Path(schema_registry["data"])
-    processes.stop_recorded(data, registry_tool.STATE_FILE)
-    registry_tool.start(data, schema_registry["port"])
+    # The registry restarted, as the docs say: the same folder, the same port.
+    registry_cli = [
+        project_bin / "python",
+        "-m",
+        "kedro_streaming.devtools",
+        "registry",
+    ]
+    data = ["--data-dir", schema_registry["data"]]
+    run([*registry_cli, "stop", *data], cwd=project)
+    assert (
+        run([*registry_cli, "status", *data], cwd=project, check=False).returncode == 3
+    )
+    started = run(
+        [*registry_cli, "start", *data, "--port", str(schema_registry["port"])],
+        cwd=project,
+    )
+    assert started.stdout.strip() == schema_registry["url"]
 
     ran = kedro_run(project_bin, project, "--env", "kafka", "--pipelines", "ingest")
     assert re.findall(r"met Avro schema id (\d+), (\w+)", ran.output) == [

@@ -357,7 +357,7 @@ def test_the_compose_tls_broker_serves_each_listener(
     ports = {
         compose_port: free
         for compose_port, free in zip(
-            (9092, 9093, 9094, 9095, 9099), broker_tool.free_ports(5)
+            (9092, 19092, 9093, 9094, 9095, 9099), broker_tool.free_ports(6)
         )
     }
     for port in (9093, 9094, 9095):
@@ -365,7 +365,7 @@ def test_the_compose_tls_broker_serves_each_listener(
     properties = _image_properties(environment, secrets)
     for key in ("listeners", "advertised.listeners", "controller.quorum.voters"):
         properties[key] = re.sub(
-            r":(\d{4})\b", lambda m: f":{ports[int(m[1])]}", properties[key]
+            r":(\d{4,5})\b", lambda m: f":{ports[int(m[1])]}", properties[key]
         )
     del properties["log.dirs"]  # the container's path: a temporary folder here
     jvm_options = tuple(

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 
@@ -99,7 +100,8 @@ def test_docker_compose_agrees_with_conf_kafka(generated_project, broker_tool):
     assert broker["image"] == topics["image"] == image
     assert f"{port}:{port}" in broker["ports"]
     environment = broker["environment"]
-    assert environment["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{servers}"
+    advertised = environment["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    assert f"PLAINTEXT://{servers}" in advertised
     assert environment["KAFKA_PROCESS_ROLES"] == "broker,controller"
     # The data in a named volume, so that it outlives the container.
     volume, folder = broker["volumes"][0].split(":")
@@ -116,6 +118,17 @@ def test_docker_compose_agrees_with_conf_kafka(generated_project, broker_tool):
     ):
         assert topic in re.split(r"[\s;]+", script)
     assert topics["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+    # The schema registry: where kafka.schema_registry_url looks for it, its
+    # schemas in Kafka through the listener other services reach. (Those
+    # settings, apicurio.storage.kind=kafkasql and
+    # apicurio.kafkasql.bootstrap.servers, were tried on the real registry.)
+    registry = compose["services"]["schema-registry"]
+    registry_port = urllib.parse.urlsplit(kafka["schema_registry_url"]).port
+    assert f"{registry_port}:8080" in registry["ports"]
+    assert registry["environment"]["APICURIO_STORAGE_KIND"] == "kafkasql"
+    internal = registry["environment"]["APICURIO_KAFKASQL_BOOTSTRAP_SERVERS"]
+    assert f"INTERNAL://{internal}" in advertised
 
 
 def test_kedro_commands_start_no_spark_and_viz_shows_the_pipelines(
