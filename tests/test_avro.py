@@ -8,6 +8,7 @@ the JSON records the Avro ones were made from."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import signal
@@ -227,6 +228,22 @@ def test_bad_frames_are_quarantined_and_schemas_outlive_a_registry_restart(  # n
     )
     assert started.stdout.strip() == schema_registry["url"]
 
+    # The registry's address without its API path: refused before any query.
+    globals_file = project / "conf/kafka/globals.yml"
+    right = globals_file.read_text()
+    root = schema_registry["url"].rsplit("/apis", 1)[0]
+    globals_file.write_text(right.replace(schema_registry["url"], root))
+    refused = kedro_run(
+        project_bin, project, "--env", "kafka", "--pipelines", "ingest", check=False
+    )
+    assert refused.returncode == 1
+    assert (
+        "Avro sources cannot start:\n  - 'raw_trips': "
+        f"{root} is not a schema registry's API root"
+    ) in refused.stderr, refused.output[-3000:]
+    assert "Started streaming query" not in refused.output
+    globals_file.write_text(right)
+
     ran = kedro_run(project_bin, project, "--env", "kafka", "--pipelines", "ingest")
     assert re.findall(r"met Avro schema id (\d+), (\w+)", ran.output) == [
         (str(unknown_id), "which")
@@ -261,3 +278,64 @@ def _fits(trips, line: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# Each mistake's message, as `avro_schemas` (asked by the checks before any
+# query starts, and by `kedro streams validate`) gives it.
+MISTAKES = """
+import json, sys
+from kedro_streaming import SparkStreamingDataset
+from kedro_streaming.errors import StreamingConfigError
+
+url, topic = sys.argv[1], sys.argv[2]
+cases = {
+    "a misspelt key": ({"schema_registry_uri": url}, topic),
+    "not the API root": ({"schema_registry_url": url.rsplit("/apis", 1)[0]}, topic),
+    "no registry there": ({"schema_registry_url": "http://127.0.0.1:9/x"}, topic),
+    "a wrong subject": ({"schema_registry_url": url, "subject": topic + "-values"}, topic),
+    "two topics, no subject": ({"schema_registry_url": url}, topic + ",other"),
+}
+for case, (avro, subscribe) in cases.items():
+    dataset = SparkStreamingDataset(
+        file_format="kafka", load_args={"subscribe": subscribe}, avro=avro
+    )
+    try:
+        dataset.avro_schemas
+        print(json.dumps([case, None]))
+    except StreamingConfigError as error:
+        print(json.dumps([case, str(error)]))
+"""
+
+
+def test_each_avro_mistake_is_named(
+    project_bin, project_tool, schema_registry, tmp_path
+):
+    """A misspelt key, an address that is not the API root, no registry, a
+    subject that is not there, several topics without a subject: each named
+    with its fix, the registry's address never with a password."""
+    trips = project_tool("trips")
+    registry_module = importlib.import_module("kedro_streaming.schema_registry")
+    url, topic = schema_registry["url"], f"mistakes-{time.monotonic_ns()}"
+    registry = registry_module.SchemaRegistry(url)
+    registry.register(f"{topic}-value", trips.trip_avro_schema(1))
+    ran = run([project_bin / "python", "-c", MISTAKES, url, topic], cwd=tmp_path)
+    messages = dict(  # after Kedro's own logging line
+        json.loads(line) for line in ran.stdout.splitlines() if line.startswith('["')
+    )
+    root = url.rsplit("/apis", 1)[0]
+    assert messages == {
+        "a misspelt key": "its `avro` option has 'schema_registry_uri' (did you mean "
+        "'schema_registry_url'?), which it does not read; its keys: "
+        "schema_registry_url, subject, version, credentials",
+        "not the API root": f"{root} is not a schema registry's API root: it has no "
+        "/subjects. Give the root of Confluent's API (Apicurio serves it under "
+        "/apis/ccompat/v7)",
+        "no registry there": "the schema registry at http://127.0.0.1:9/x did not "
+        "answer ([Errno 111] Connection refused): check schema_registry_url, and "
+        "that the registry runs (`kedro streams registry start` runs one here)",
+        "a wrong subject": f"the schema registry at {url} has no subject "
+        f"'{topic}-values' (it has '{topic}-value'): register its schema first, or "
+        "check the subject's name (<topic>-value by default)",
+        "two topics, no subject": "its `avro` option needs a `subject`: it reads "
+        f"{topic},other, not one topic whose <topic>-value subject to read",
+    }

@@ -456,6 +456,45 @@ def check_paths_reach_the_cluster(
         )
 
 
+def check_avro_sources(
+    spark: SparkSession, sources: dict[str, SparkStreamingDataset]
+) -> None:
+    """Fails unless each Avro source can decode: Spark has its Avro package,
+    and the registry answers with the subject's schemas (its address and
+    credentials right, the subject there)."""
+    avro = {name: dataset for name, dataset in sources.items() if dataset.reads_avro}
+    if not avro:
+        return
+    problems = []
+    jvm = getattr(spark, "_jvm", None)  # none over Spark Connect: the server's
+    if jvm is not None and not _class_loads(jvm, "org.apache.spark.sql.avro.functions"):
+        problems.append(
+            f"{', '.join(repr(n) for n in avro)} read Avro, which this Spark cannot: "
+            "add org.apache.spark:spark-avro_2.13:"
+            f"{spark.version} to spark.jars.packages in conf/base/spark.yml"
+        )
+    for name, dataset in avro.items():
+        try:
+            dataset.avro_schemas  # noqa: B018 (asks the registry)
+        except StreamingConfigError as error:
+            problems.append(f"'{name}': {error}")
+    if problems:
+        raise StreamingConfigError(
+            "Avro sources cannot start:\n"
+            + "\n".join(f"  - {problem}" for problem in problems)
+        )
+
+
+def _class_loads(jvm, name: str) -> bool:
+    try:
+        jvm.java.lang.Class.forName(
+            name, False, jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        )
+    except Exception:  # noqa: BLE001 (Py4J wraps ClassNotFoundException)
+        return False
+    return True
+
+
 def check_kafka_reachable(
     spark: SparkSession, name: str, dataset: SparkStreamingDataset, timeout: float
 ) -> None:
@@ -644,6 +683,7 @@ def check_run(
         {name: [s for s in sinks if name in sources_of(s)] for name in sources},
         sinks,
     )
+    check_avro_sources(spark, sources)
     check_real_time_task_slots(spark, real_time_sinks, sources_of)
 
 

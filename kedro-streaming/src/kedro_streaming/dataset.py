@@ -46,6 +46,8 @@ TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous", "realTi
 # record through; its trigger's interval is how often the query checkpoints.
 REAL_TIME = "realTime"
 # Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
+# The keys of a Kafka source's `avro` option.
+AVRO_OPTIONS = ("schema_registry_url", "subject", "version", "credentials")
 _SECRET_MARKERS = ("jaas", "password", "secret", "keystore.key", "credentials")
 
 
@@ -374,6 +376,20 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         registry at first use; ``plan_avro_id`` adds one."""
         if self._avro_schemas is None:
             options = dict(self._avro)
+            unknown = sorted(set(options) - set(AVRO_OPTIONS))
+            if unknown:
+                hints = [
+                    f"{key!r}"
+                    + "".join(
+                        f" (did you mean {close!r}?)"
+                        for close in difflib.get_close_matches(key, AVRO_OPTIONS, 1)
+                    )
+                    for key in unknown
+                ]
+                raise StreamingConfigError(
+                    f"its `avro` option has {', '.join(hints)}, which it does not "
+                    f"read; its keys: {', '.join(AVRO_OPTIONS)}"
+                )
             address = options.get("schema_registry_url")
             if not address:
                 raise StreamingConfigError(

@@ -15,6 +15,7 @@ Every failure is a ``StreamingConfigError`` naming the registry's address
 from __future__ import annotations
 
 import base64
+import difflib
 import io
 import json
 import struct
@@ -90,12 +91,30 @@ class SchemaRegistry:
 
     def versions(self, subject: str) -> list[RegisteredSchema]:
         """Every version of ``subject``, oldest first."""
-        numbers = self._get(
-            f"/subjects/{_quote(subject)}/versions",
-            missing=f"has no subject '{subject}': register its schema first, or "
-            "check the subject's name (<topic>-value by default)",
-        )
+        try:
+            numbers = self._get(f"/subjects/{_quote(subject)}/versions", missing=None)
+        except _Missing:
+            subjects = self._get_or_none("/subjects")
+            if subjects is None:
+                raise StreamingConfigError(
+                    f"{self.url} is not a schema registry's API root: it has no "
+                    "/subjects. Give the root of Confluent's API (Apicurio serves "
+                    "it under /apis/ccompat/v7)"
+                ) from None
+            close = difflib.get_close_matches(subject, subjects, 3)
+            raise StreamingConfigError(
+                f"the schema registry at {self.url} has no subject '{subject}'"
+                + (f" (it has {', '.join(map(repr, close))})" if close else "")
+                + ": register its schema first, or check the subject's name "
+                "(<topic>-value by default)"
+            ) from None
         return [self.version(subject, number) for number in sorted(numbers)]
+
+    def _get_or_none(self, path: str) -> Any:
+        try:
+            return self._get(path, missing=None)
+        except _Missing:
+            return None
 
     def schema(self, schema_id: int) -> str | None:
         """The schema registered with ``schema_id``; None if there is none."""

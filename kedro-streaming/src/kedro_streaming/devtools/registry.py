@@ -30,6 +30,7 @@ from .broker import cache_root, run_maven
 from .processes import (
     HOST,
     ProcessError,
+    free_ports,
     port_is_free,
     processes_alive,
     read_state,
@@ -176,6 +177,7 @@ def start(
         raise RegistryError(f"the registry's folder may not hold ';': {data_dir}")
     app = resolve_registry()
     java = java_for_registry()
+    management_port = next(p for p in free_ports(2) if p != port)
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir / "registry.log"
     command = [
@@ -183,9 +185,11 @@ def start(
         f"-Xmx{heap}",
         f"-Dquarkus.http.host={HOST}",
         f"-Dquarkus.http.port={port}",
-        # Its health and metrics port (9000, every interface): not needed here,
-        # and a second registry would find it taken.
-        "-Dquarkus.management.enabled=false",
+        # Its health and metrics interface, fixed on at build time: on this
+        # machine only, on a port of its own (by default 9000, every interface,
+        # which a second registry would find taken).
+        f"-Dquarkus.management.host={HOST}",
+        f"-Dquarkus.management.port={management_port}",
         # No traces sent to an OpenTelemetry collector that is not there.
         "-Dquarkus.otel.sdk.disabled=true",
         # Durable: the schemas in an H2 database file (the default is in memory).
