@@ -1,5 +1,5 @@
 """``kedro streams status | validate | reset | optimize | vacuum``: operate the
-project's streams and their tables; ``kedro streams broker | cluster | connect
+project's streams and their tables; ``kedro streams broker | registry | cluster | connect
 | submit | send | watch``: development services on this machine.
 
 Kedro finds ``commands`` through the ``kedro.project_commands`` entry point of
@@ -228,7 +228,8 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
             failed |= set(node.outputs)
             queries = _queries_of(project, node.outputs) or node.outputs
             problems.append(
-                f"query {', '.join(queries)}: node {node.name} fails: {headline(error)}"
+                f"query {', '.join(queries)}: node {node.name} fails: "
+                + headline(_configuration_cause(error))
             )
             continue
         frames.update(outputs)
@@ -558,6 +559,18 @@ def _service(name: str, help_text: str) -> None:
         raise SystemExit(main([name, *_as_typed(name, arguments)]))
 
 
+def _configuration_cause(error: BaseException) -> BaseException:
+    """The configuration error behind ``error``, if any: Kedro wraps a
+    dataset's own in "Failed while loading data from dataset ...", with the
+    dataset's whole description."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, StreamingConfigError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return error
+
+
 def _as_typed(name: str, arguments: tuple[str, ...]) -> list[str]:
     """The arguments as typed after ``kedro streams <name>``: Click drops a
     ``--``, which ``submit`` needs before the options it hands `kedro run`."""
@@ -570,6 +583,7 @@ def _as_typed(name: str, arguments: tuple[str, ...]) -> list[str]:
 
 for _name, _help in (
     ("broker", "A local Kafka broker: start | stop | status | reset (--help)."),
+    ("registry", "A local schema registry: start | stop | status | reset."),
     ("cluster", "A local Spark standalone cluster: start | stop | status."),
     ("connect", "A local Spark Connect server: start | stop | status."),
     ("submit", "spark-submit the packaged project (`kedro package` first)."),
