@@ -539,17 +539,20 @@ def query_batches(
 
 def replay(project: Path, output_root: str, query: str, messages: dict | None = None):
     """The reference's outputs over the micro-batches a query of the example
-    ran (`query_batches`): what that query must have written and reported."""
-    offsets = project / output_root / "checkpoints" / query / "offsets"
+    ran (`query_batches`) and committed: what that query must have written
+    and reported. (A batch planned but not committed when a run stopped wrote
+    nothing that counts: the next run runs it again.)"""
+    checkpoint = project / output_root / "checkpoints" / query
+    offsets = checkpoint / "offsets"
+    committed = batch_ids(checkpoint / "commits")
+    ran = sorted(batch for batch in batch_ids(offsets) if batch in committed)
+    assert ran == list(range(len(ran))), f"{checkpoint}: committed {ran}"
     watermarks = [
         EPOCH + timedelta(milliseconds=json.loads(lines[1])["batchWatermarkMs"])
-        for lines in (
-            (offsets / str(batch)).read_text().splitlines()
-            for batch in sorted(batch_ids(offsets))
-        )
+        for lines in ((offsets / str(batch)).read_text().splitlines() for batch in ran)
     ]
     return expected_outputs(
-        query_batches(project, output_root, query, messages),
+        query_batches(project, output_root, query, messages)[: len(ran)],
         zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv"),
         example_settings(project),
         watermarks,
