@@ -107,15 +107,8 @@ def decode_values(
     )
     options = {"mode": "PERMISSIVE", "avroSchema": json.dumps(marked)}
 
-    decoded: Column | None = None
-    for known_id, writer in sorted(schemas.writers.items()):
-        branch = _from_avro(body, writer, options)
-        decoded = (
-            F.when(schema_id == known_id, branch)
-            if decoded is None
-            else decoded.when(schema_id == known_id, branch)
-        )
     planned = sorted([*schemas.writers, *schemas.unknown_ids])
+    fails = framed & ~schema_id.isin(planned) if planned else framed
     unplanned = F.raise_error(
         F.concat(
             F.lit("kedro-streaming: Avro schema id "),
@@ -126,10 +119,10 @@ def decode_values(
             ),
         )
     )
-    fails = framed & ~schema_id.isin(planned) if planned else framed
-    decoded = (
-        F.when(fails, unplanned) if decoded is None else decoded.when(fails, unplanned)
-    )
+    # One branch per writer schema; the branches exclude each other.
+    decoded = F.when(fails, unplanned)
+    for known_id, writer in sorted(schemas.writers.items()):
+        decoded = decoded.when(schema_id == known_id, _from_avro(body, writer, options))
     raw = raw.withColumn(f"_{column}_decoded", decoded)
     record = F.col(f"_{column}_decoded")
     length = F.length(value).cast("string")
