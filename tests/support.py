@@ -537,14 +537,35 @@ def query_batches(
     ]
 
 
+def sink_batches(tables: Path, query: str) -> set[int]:
+    """The batch ids a query's table sink has committed: a Spark parquet
+    sink's `_spark_metadata` entries, a Delta sink's transactions.
+
+    A stop can interrupt a batch after its sink committed and before its
+    checkpoint did: its rows are in the table, and the next run skips it."""
+    folder = tables / DELTA_TABLES.get(query, "-")
+    if (folder / "_spark_metadata").is_dir():
+        return {
+            int(entry.name.split(".")[0])
+            for entry in (folder / "_spark_metadata").iterdir()
+            if entry.name[0].isdigit()
+        }
+    if (folder / "_delta_log").is_dir():
+        return {txn[1] for commit in delta_commits(folder) for txn in commit["txn"]}
+    return set()
+
+
 def replay(project: Path, output_root: str, query: str, messages: dict | None = None):
     """The reference's outputs over the micro-batches a query of the example
-    ran (`query_batches`) and committed: what that query must have written
-    and reported. (A batch planned but not committed when a run stopped wrote
-    nothing that counts: the next run runs it again.)"""
+    ran (`query_batches`) and committed, in its checkpoint or its sink: what
+    that query must have written and reported. (A batch planned and not
+    committed when a run stopped wrote nothing that counts: the next run runs
+    it again.)"""
     checkpoint = project / output_root / "checkpoints" / query
     offsets = checkpoint / "offsets"
-    committed = batch_ids(checkpoint / "commits")
+    committed = batch_ids(checkpoint / "commits") | sink_batches(
+        project / output_root, query
+    )
     ran = sorted(batch for batch in batch_ids(offsets) if batch in committed)
     assert ran == list(range(len(ran))), f"{checkpoint}: committed {ran}"
     watermarks = [
