@@ -7,28 +7,36 @@ the JSON records the Avro ones were made from."""
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import os
 import re
 import signal
 import time
+from collections import Counter
 
 import pandas as pd
+import yaml
 from kafka import KafkaProducer
-from reference import decode, example_settings, expected_outputs, zone_boroughs
+from reference import check, decode, example_settings, expected_outputs, zone_boroughs
 from support import (
     assert_matches_reference,
     assert_progress_log,
+    assert_same_trip,
+    avro_values,
     batch_ids,
     bundled_lines,
     committed_files,
     kedro_run,
     offset_log,
     point_at_broker,
+    read_topics,
     replay,
     run,
+    send_to_one_partition,
     start_continuous_kafka_run,
+    start_kedro,
 )
 
 
@@ -41,6 +49,28 @@ def use_registry(project, registry_url: str) -> None:
             "    schema_registry_url: ${kafka.schema_registry_url}\n"
             "    credentials: schema_registry\n"
         )
+
+
+UNKNOWN_ID = 987_654
+
+
+def bad_frames(good: bytes, registry_url: str) -> dict[bytes | None, str]:
+    """Each kind of bad frame, made from a good one, and the reason its
+    record must be quarantined with."""
+    header = good[:5]
+    writer_id = int.from_bytes(header[1:], "big")
+    return {
+        b"\x07" + good[1:]: "not in Confluent's wire format: magic byte 7, 0 expected",
+        good[:3]: "truncated frame: 3 bytes, Confluent's wire format has at least 5",
+        b"\x00" + UNKNOWN_ID.to_bytes(4, "big") + good[5:]: (
+            f"unknown schema id {UNKNOWN_ID}: the schema registry at "
+            f"{registry_url} has none"
+        ),
+        header + b"\xff" * 3: (
+            f"does not decode with its writer schema (id {writer_id})"
+        ),
+        None: "null value (a tombstone)",
+    }
 
 
 def committed(project, table: str) -> pd.DataFrame | None:
@@ -196,7 +226,7 @@ def test_avro_trips_across_a_schema_version_registered_mid_stream(  # noqa: PLR0
     assert_progress_log(project, "data/kafka", messages)
 
 
-def test_bad_frames_are_quarantined_and_schemas_outlive_a_registry_restart(  # noqa: PLR0917 (fixtures)
+def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # noqa: PLR0914, PLR0915, PLR0917 (fixtures; one story)
     generated_project,
     project_bin,
     project_tool,
@@ -208,13 +238,15 @@ def test_bad_frames_are_quarantined_and_schemas_outlive_a_registry_restart(  # n
     """A wrong magic byte, a truncated frame, an id the registry lacks, a body
     its writer schema does not decode, and a tombstone each land in bronze's
     quarantine with their reason; good frames sent before the registry was
-    restarted decode after it (its schemas are kept on disk)."""
+    restarted decode after it (its schemas are kept on disk). The summary
+    then goes out as Avro, and a schema change its subject refuses stops the
+    next run before it starts."""
     trips = project_tool("trips")
     registry_module = importlib.import_module("kedro_streaming.schema_registry")
     project = tmp_path / "bad-frames"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
     servers = broker.bootstrap_servers
-    topic, _ = point_at_broker(project, servers, 10_000)
+    topic, summary_topic = point_at_broker(project, servers, 10_000)
     use_registry(project, schema_registry["url"])
 
     registry = registry_module.SchemaRegistry(schema_registry["url"])
@@ -223,21 +255,7 @@ def test_bad_frames_are_quarantined_and_schemas_outlive_a_registry_restart(  # n
     )
     good_lines = [line for line in trips.trip_records(0)[:12] if _fits(trips, line)]
     good = [frame(trips.avro_trip(line, 1)) for line in good_lines]
-    header = good[0][:5]
-    unknown_id = 987_654
-    bad = {
-        b"\x07"
-        + good[0][1:]: "not in Confluent's wire format: magic byte 7, 0 expected",
-        good[0][:3]: "truncated frame: 3 bytes, Confluent's wire format has at least 5",
-        b"\x00" + unknown_id.to_bytes(4, "big") + good[0][5:]: (
-            f"unknown schema id {unknown_id}: the schema registry at "
-            f"{schema_registry['url']} has none"
-        ),
-        header + b"\xff" * 3: (
-            f"does not decode with its writer schema (id {int.from_bytes(header[1:], 'big')})"
-        ),
-        None: "null value (a tombstone)",
-    }
+    bad = bad_frames(good[0], schema_registry["url"])
     producer = KafkaProducer(bootstrap_servers=servers, acks="all")
     try:
         for value in [*good[:6], *bad, *good[6:]]:
@@ -274,7 +292,7 @@ def test_bad_frames_are_quarantined_and_schemas_outlive_a_registry_restart(  # n
     )
     assert refused.returncode == 1
     assert (
-        "Avro sources cannot start:\n  - 'raw_trips': "
+        "Avro datasets cannot start:\n  - 'raw_trips': "
         f"{root} is not a schema registry's API root"
     ) in refused.stderr, refused.output[-3000:]
     assert "Started streaming query" not in refused.output
@@ -282,7 +300,7 @@ def test_bad_frames_are_quarantined_and_schemas_outlive_a_registry_restart(  # n
 
     ran = kedro_run(project_bin, project, "--env", "kafka", "--pipelines", "ingest")
     assert re.findall(r"met Avro schema id (\d+), (\w+)", ran.output) == [
-        (str(unknown_id), "which")
+        (str(UNKNOWN_ID), "which")
     ]
     bronze = pd.concat(
         pd.read_parquet(path)
@@ -306,6 +324,63 @@ def test_bad_frames_are_quarantined_and_schemas_outlive_a_registry_restart(  # n
     assert from_good.rejection_reason.dropna().value_counts().to_dict() == dict(
         expected.rejections
     )
+
+    # The summary topic as Avro: its schema derived from the rows and
+    # registered at start; each message one row of the summary table, every
+    # figure, decoded by fastavro with the schema its id names.
+    with globals_file.open("a") as conf:
+        conf.write(
+            "  messages_avro:\n    schema_registry_url: ${kafka.schema_registry_url}\n"
+        )
+    # Three more hours of trips, for windows the watermark closes.
+    later = [
+        frame(trips.avro_trip(line, 1))
+        for index in (1, 2, 3)
+        for line in trips.trip_records(index)
+        if _fits(trips, line)
+    ]
+    send_to_one_partition(servers, topic, later)
+    publish = ["--env", "kafka", "--pipelines", "ingest,aggregate,publish"]
+    kedro_run(project_bin, project, *publish)
+    subject = f"{summary_topic}-value"
+    published = registry.version(subject)
+    table = pd.concat(
+        pd.read_parquet(path)
+        for path in committed_files(
+            project / "data/kafka/08_reporting/hourly_borough_summary"
+        )
+    )
+    values = avro_values(registry, read_topics(servers, [summary_topic]))
+    assert len(table) > 0
+    assert {schema_id for schema_id, _ in values} == {published.id}
+    rows = lambda frame: sorted(  # noqa: E731
+        tuple(row) for row in frame[list(table.columns)].itertuples(index=False)
+    )
+    assert rows(pd.DataFrame([value for _, value in values])) == rows(table)
+    assert [f["name"] for f in json.loads(published.schema)["fields"]] == list(
+        table.columns
+    )
+
+    # A change the subject's compatibility refuses: the node now sends
+    # trip_count as text, which a reader of the numbers cannot read. The run
+    # fails before any query starts, quoting the registry.
+    registry.set_compatibility(subject, "BACKWARD")
+    nodes = next(project.glob("src/*/pipelines/publish/nodes.py"))
+    nodes.write_text(
+        nodes.read_text().replace(
+            'F.struct(*hourly_borough_summary.columns).alias("value")',
+            'F.struct(*hourly_borough_summary.columns).withField("trip_count", '
+            'F.col("trip_count").cast("string")).alias("value")',
+        )
+    )
+    refused = kedro_run(project_bin, project, *publish, check=False)
+    assert refused.returncode == 1
+    assert (
+        f"'hourly_borough_summary_messages': the schema registry at "
+        f"{schema_registry['url']} refused a new version of subject '{subject}' "
+        "(HTTP 409): "
+    ) in refused.stderr, refused.output[-3000:]
+    assert "Started streaming query" not in refused.output
 
 
 def _fits(trips, line: str) -> bool:
@@ -375,3 +450,111 @@ def test_each_avro_mistake_is_named(
         "two topics, no subject": "its `avro` option needs a `subject`: it reads "
         f"{topic},other, not one topic whose <topic>-value subject to read",
     }
+
+
+def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0914, PLR0915, PLR0917 (fixtures; one story)
+    generated_project,
+    project_bin,
+    project_tool,
+    plugin_tool,
+    broker,
+    schema_registry,
+    tmp_path,
+):
+    """Real-Time Mode with Avro in and out: trips in schema versions 1 and 2
+    and each kind of bad frame go in; every message comes out on the
+    topic of its verdict, in Avro under that topic's own subject, with the
+    reason, fields and zones the reference gives it."""
+    trips = project_tool("trips")
+    registry_module = importlib.import_module("kedro_streaming.schema_registry")
+    plugin_tool("kafka")
+    project = tmp_path / "realtime-avro"
+    run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
+    servers = broker.bootstrap_servers
+    topic, _ = point_at_broker(project, servers)
+    use_registry(project, schema_registry["url"])
+    with (project / "conf/kafka/globals.yml").open("a") as conf:
+        conf.write(
+            "  messages_avro:\n    schema_registry_url: ${kafka.schema_registry_url}\n"
+        )
+    kafka = yaml.safe_load((project / "conf/kafka/globals.yml").read_text())["kafka"]
+    outputs = [kafka["checked_trips_topic"], kafka["rejected_trips_topic"]]
+
+    registry = registry_module.SchemaRegistry(schema_registry["url"])
+    lines = {}  # input offset: the JSON line a good frame was made from
+    values = []
+    for version, index in ((1, 0), (2, 1)):
+        frame = registry_module.avro_framer(
+            registry, f"{topic}-value", trips.trip_avro_schema(version)
+        )
+        for line in trips.trip_records(index):
+            if _fits(trips, line):
+                lines[len(values)] = line
+                values.append(frame(trips.avro_trip(line, version)))
+        if version == 1:
+            bad = bad_frames(values[0], schema_registry["url"])
+            reasons = {len(values) + n: reason for n, reason in enumerate(bad.values())}
+            values += list(bad)
+    send_to_one_partition(servers, topic, values)
+
+    log = project / "realtime.log"
+    process = start_kedro(
+        project_bin,
+        project,
+        [
+            *("run", "--env", "kafka", "--pipelines", "realtime", "--params"),
+            "realtime_checkpoint_interval=5 seconds,metrics_port=0",
+        ],
+        log,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            records = read_topics(servers, outputs)
+            decoded = avro_values(registry, records)
+            if {value["kafka_offset"] for _, value in decoded} >= set(
+                range(len(values))
+            ):
+                break
+            assert process.poll() is None, log.read_text()[-5000:]
+            assert time.monotonic() < deadline, log.read_text()[-5000:]
+            time.sleep(1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, log.read_text()[-5000:]
+    assert re.findall(r"met Avro schema id (\d+), (\w+)", log.read_text()) == [
+        (str(UNKNOWN_ID), "which")
+    ]
+
+    # Each topic's messages in the schema registered under <topic>-value.
+    for output in outputs:
+        ids = {i for (i, _), r in zip(decoded, records) if r.topic == output}
+        assert ids == {registry.version(f"{output}-value").id}, output
+    boroughs = zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv")
+    # Every message was in the topic before the query started, so its first
+    # micro-batch met the unknown id before any checkpoint: what it had
+    # written, every message before that one, the replanned query wrote
+    # again (Kafka's sink is at least once). Each copy the same.
+    unknown = next(o for o, reason in reasons.items() if "unknown" in reason)
+    copies = Counter(value["kafka_offset"] for _, value in decoded)
+    assert copies == {o: 2 if o < unknown else 1 for o in range(len(values))}
+    by_offset = {}
+    for record, (_, message) in zip(records, decoded):
+        by_offset.setdefault(message["kafka_offset"], []).append(message)
+    assert all(m.count(m[0]) == len(m) for m in by_offset.values())
+    for record, (_, message) in zip(records, decoded):
+        offset = message["kafka_offset"]
+        assert (message["kafka_topic"], message["kafka_partition"]) == (topic, 0)
+        if offset in reasons:
+            assert record.topic == outputs[1], offset
+            assert message["rejection_reason"] == reasons[offset]
+            value = values[offset]
+            assert message["raw_payload"] == (
+                None if value is None else base64.b64encode(value).decode()
+            )
+            continue
+        trip, reason = check(decode(lines[offset].encode()), set(boroughs))
+        assert record.topic == outputs[reason is not None], offset
+        assert message["rejection_reason"] == reason
+        if trip is not None:
+            assert_same_trip(message, trip, boroughs)

@@ -19,6 +19,25 @@ from dataclasses import dataclass, field, replace
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from .errors import StreamingConfigError
 from .schema_registry import SchemaRegistry
@@ -100,10 +119,13 @@ def decode_values(
         ],
     )
     value = F.col(column)
-    schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("int")
     body = F.expr(f"substring(`{column}`, {_FRAME_BYTES + 1})")
     framed = (F.length(value) >= _FRAME_BYTES) & (
         F.substring(value, 1, 1) == F.lit(b"\x00")
+    )
+    # No id unless framed: bytes 2 to 5 of another message name no schema.
+    schema_id = F.when(
+        framed, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("int")
     )
     options = {"mode": "PERMISSIVE", "avroSchema": json.dumps(marked)}
 
@@ -174,3 +196,82 @@ def _from_avro(body: Column, writer: str, options: dict[str, str]) -> Column:
     from pyspark.sql.avro.functions import from_avro  # noqa: PLC0415
 
     return from_avro(body, writer, options)
+
+
+def value_schema(struct: StructType, name: str) -> str:
+    """The Avro record schema of rows of ``struct``, as the registry takes it.
+
+    Spark derives one inside ``to_avro`` but shows it to no Python API; this
+    one also gives every nullable field ``["null", ...]`` with a null
+    default, so that a field added later is a compatible change.
+    """
+    return json.dumps(_avro_type(struct, _avro_name(name)), separators=(",", ":"))
+
+
+def encode_value(record: Column, schema: str, schema_id: int) -> Column:
+    """``record`` in Avro by ``schema``, framed with ``schema_id``: a Kafka
+    value in Confluent's wire format."""
+    from pyspark.sql.avro.functions import to_avro  # noqa: PLC0415 (see _from_avro)
+
+    header = b"\x00" + schema_id.to_bytes(4, "big")
+    return F.concat(F.lit(bytearray(header)), to_avro(record, schema))
+
+
+_PRIMITIVES = {
+    BooleanType: "boolean",
+    ByteType: "int",
+    ShortType: "int",
+    IntegerType: "int",
+    LongType: "long",
+    FloatType: "float",
+    DoubleType: "double",
+    StringType: "string",
+    BinaryType: "bytes",
+    DateType: {"type": "int", "logicalType": "date"},
+    TimestampType: {"type": "long", "logicalType": "timestamp-micros"},
+    TimestampNTZType: {"type": "long", "logicalType": "local-timestamp-micros"},
+}
+
+
+def _avro_type(data_type: DataType, name: str) -> object:
+    if type(data_type) in _PRIMITIVES:
+        return _PRIMITIVES[type(data_type)]
+    if isinstance(data_type, DecimalType):
+        return {
+            "type": "bytes",
+            "logicalType": "decimal",
+            "precision": data_type.precision,
+            "scale": data_type.scale,
+        }
+    if isinstance(data_type, ArrayType):
+        items = _avro_type(data_type.elementType, name)
+        return {
+            "type": "array",
+            "items": ["null", items] if data_type.containsNull else items,
+        }
+    if isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType):
+        values = _avro_type(data_type.valueType, name)
+        return {
+            "type": "map",
+            "values": ["null", values] if data_type.valueContainsNull else values,
+        }
+    if isinstance(data_type, StructType):
+        fields = []
+        for spark_field in data_type.fields:
+            avro = _avro_type(spark_field.dataType, f"{name}_{spark_field.name}")
+            fields.append(
+                {"name": spark_field.name, "type": ["null", avro], "default": None}
+                if spark_field.nullable
+                else {"name": spark_field.name, "type": avro}
+            )
+        return {"type": "record", "name": name, "fields": fields}
+    raise StreamingConfigError(
+        f"a field of type {data_type.simpleString()} has no Avro type (maps need "
+        "string keys): cast it, e.g. to a string, in the node"
+    )
+
+
+def _avro_name(text: str) -> str:
+    """An Avro name from a topic's: letters, digits and _ only."""
+    name = re.sub(r"\W", "_", text, flags=re.ASCII)
+    return name if re.match(r"[A-Za-z_]", name) else f"_{name}"

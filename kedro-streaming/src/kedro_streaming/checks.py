@@ -456,31 +456,37 @@ def check_paths_reach_the_cluster(
         )
 
 
-def check_avro_sources(
-    spark: SparkSession, sources: dict[str, SparkStreamingDataset]
+def check_avro(
+    spark: SparkSession,
+    sources: dict[str, SparkStreamingDataset],
+    sinks: dict[str, SparkStreamingDataset],
 ) -> None:
-    """Fails unless each Avro source can decode: Spark has its Avro package,
-    and the registry answers with the subject's schemas (its address and
-    credentials right, the subject there)."""
-    avro = {name: dataset for name, dataset in sources.items() if dataset.reads_avro}
-    if not avro:
+    """Fails unless each Avro source can decode and each Avro sink encode:
+    Spark has its Avro package, and the registry answers (its address and
+    credentials right; a source's subject there)."""
+    readers = {name: d for name, d in sources.items() if d.reads_avro}
+    writers = {name: d for name, d in sinks.items() if d.writes_avro}
+    if not readers and not writers:
         return
     problems = []
     jvm = getattr(spark, "_jvm", None)  # none over Spark Connect: the server's
     if jvm is not None and not _class_loads(jvm, "org.apache.spark.sql.avro.functions"):
         problems.append(
-            f"{', '.join(repr(n) for n in avro)} read Avro, which this Spark cannot: "
-            "add org.apache.spark:spark-avro_2.13:"
+            f"{', '.join(repr(n) for n in {**readers, **writers})} use Avro, which "
+            "this Spark cannot: add org.apache.spark:spark-avro_2.13:"
             f"{spark.version} to spark.jars.packages in conf/base/spark.yml"
         )
-    for name, dataset in avro.items():
+    for name, dataset in {**readers, **writers}.items():
         try:
-            dataset.avro_schemas  # noqa: B018 (asks the registry)
+            if name in readers:
+                dataset.avro_schemas  # noqa: B018 (asks the registry)
+            else:
+                dataset.check_registry()
         except StreamingConfigError as error:
             problems.append(f"'{name}': {error}")
     if problems:
         raise StreamingConfigError(
-            "Avro sources cannot start:\n"
+            "Avro datasets cannot start:\n"
             + "\n".join(f"  - {problem}" for problem in problems)
         )
 
@@ -683,7 +689,7 @@ def check_run(
         {name: [s for s in sinks if name in sources_of(s)] for name in sources},
         sinks,
     )
-    check_avro_sources(spark, sources)
+    check_avro(spark, sources, sinks)
     check_real_time_task_slots(spark, real_time_sinks, sources_of)
 
 

@@ -22,7 +22,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
-from .avro import AvroSchemas, decode_values
+from .avro import AvroSchemas, decode_values, encode_value, value_schema
 from .delta import DELTA_FORMAT, create_delta_table, upsert_batches
 from .errors import StreamingConfigError
 from .schema_registry import SchemaRegistry
@@ -118,13 +118,15 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 writer options.
             credentials: Options merged into both reader and writer, e.g. Kafka
                 SASL settings from ``conf/<env>/credentials.yml``.
-            avro: A Kafka source whose values are Avro in Confluent's wire
-                format: ``schema_registry_url``; ``subject`` (default
-                ``<topic>-value``); ``version``, the reader schema's (default
-                ``latest``); ``credentials``, the registry's ``username`` and
-                ``password``. Each message is decoded with the schema its id
-                names into ``value_record`` (by the reader schema), or gets
-                ``value_problem``.
+            avro: Kafka values in Avro, in Confluent's wire format:
+                ``schema_registry_url``; ``subject`` (default
+                ``<topic>-value``); ``version``, a source's reader schema
+                (default ``latest``); ``credentials``, the registry's
+                ``username`` and ``password``. A source decodes each message
+                with the schema its id names into ``value_record`` (by the
+                reader schema), or gives ``value_problem``; a sink encodes a
+                struct ``value`` with a schema derived from it, registered at
+                start (see ``encode_values``).
             metadata: Ignored by Kedro; free for users and plugins.
         """
         self._path = str(filepath) if filepath else None
@@ -375,35 +377,98 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         """The writer and reader schemas this source decodes with, from the
         registry at first use; ``plan_avro_id`` adds one."""
         if self._avro_schemas is None:
-            options = dict(self._avro)
-            unknown = sorted(set(options) - set(AVRO_OPTIONS))
-            if unknown:
-                hints = [
-                    f"{key!r}"
-                    + "".join(
-                        f" (did you mean {close!r}?)"
-                        for close in difflib.get_close_matches(key, AVRO_OPTIONS, 1)
-                    )
-                    for key in unknown
-                ]
-                raise StreamingConfigError(
-                    f"its `avro` option has {', '.join(hints)}, which it does not "
-                    f"read; its keys: {', '.join(AVRO_OPTIONS)}"
-                )
-            address = options.get("schema_registry_url")
-            if not address:
-                raise StreamingConfigError(
-                    "its `avro` option needs `schema_registry_url`, the registry's "
-                    "API root (e.g. http://localhost:8081/apis/ccompat/v7)"
-                )
-            login = options.get("credentials") or {}
-            registry = SchemaRegistry(
-                address, login.get("username"), login.get("password")
-            )
             self._avro_schemas = AvroSchemas.from_registry(
-                registry, self._avro_subject(), options.get("version", "latest")
+                self._registry(),
+                self._avro_subject(),
+                self._avro.get("version", "latest"),
             )
         return self._avro_schemas
+
+    def _registry(self) -> SchemaRegistry:
+        options = dict(self._avro)
+        unknown = sorted(set(options) - set(AVRO_OPTIONS))
+        if unknown:
+            hints = [
+                f"{key!r}"
+                + "".join(
+                    f" (did you mean {close!r}?)"
+                    for close in difflib.get_close_matches(key, AVRO_OPTIONS, 1)
+                )
+                for key in unknown
+            ]
+            raise StreamingConfigError(
+                f"its `avro` option has {', '.join(hints)}, which it does not "
+                f"read; its keys: {', '.join(AVRO_OPTIONS)}"
+            )
+        address = options.get("schema_registry_url")
+        if not address:
+            raise StreamingConfigError(
+                "its `avro` option needs `schema_registry_url`, the registry's "
+                "API root (e.g. http://localhost:8081/apis/ccompat/v7)"
+            )
+        login = options.get("credentials") or {}
+        return SchemaRegistry(address, login.get("username"), login.get("password"))
+
+    def encode_values(self, data: DataFrame) -> DataFrame:
+        """``data`` with a struct ``value`` encoded as the Kafka sink writes it:
+        JSON (every field, nulls too), or Confluent-framed Avro with the
+        ``avro`` option, its schema registered under ``<topic>-value`` (a
+        version the subject's compatibility refuses fails, quoting the
+        registry). Without a ``topic`` in save_args, the rows name theirs in
+        a ``topic`` column and ``value`` holds one record per topic, named
+        after it; each row's own is encoded. Any other ``value`` is written
+        as it is."""
+        if self._file_format != "kafka" or "value" not in data.columns:
+            return data
+        value_type = data.schema["value"].dataType
+        if not isinstance(value_type, StructType):
+            return data
+        topic = self._writer_options.get("topic")
+        if topic:
+            records = {str(topic): (F.col("value"), value_type)}
+        else:
+            problem = _per_topic_problem(data, value_type)
+            if problem:
+                raise StreamingConfigError(problem)
+            records = {
+                f.name: (F.col("value")[f.name], f.dataType) for f in value_type.fields
+            }
+        encoded = {}
+        for name, (record, record_type) in records.items():
+            if self._avro is None:
+                encoded[name] = F.to_json(record, {"ignoreNullFields": "false"})
+            else:
+                schema = value_schema(record_type, name)
+                subject = self._avro.get("subject") if topic else None
+                schema_id = self._registry().register(
+                    subject or f"{name}-value", schema
+                )
+                encoded[name] = encode_value(record, schema, schema_id)
+        if topic:
+            return data.withColumn("value", encoded[str(topic)])
+        value = F.when(F.lit(False), F.lit(None))
+        for name, column in encoded.items():
+            value = value.when(F.col("topic") == name, column)
+        unknown = F.raise_error(
+            F.concat(
+                F.lit("kedro-streaming: a row's topic "),
+                F.coalesce(F.col("topic"), F.lit("null")),
+                F.lit(
+                    f" has no record in `value`, whose records are {', '.join(records)}"
+                ),
+            )
+        )
+        return data.withColumn("value", value.otherwise(unknown))
+
+    @property
+    def writes_avro(self) -> bool:
+        """Whether its struct values are encoded as Avro (the ``avro`` option)."""
+        return self._avro is not None and self._file_format == "kafka"
+
+    def check_registry(self) -> None:
+        """Fails unless the ``avro`` option's registry answers, its
+        credentials accepted."""
+        self._registry().subjects()
 
     def plan_avro_id(self, schema_id: int) -> None:
         """Looks ``schema_id`` up for the next ``load``: a version registered
@@ -526,7 +591,9 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             raise DatasetError(f"Streaming sink {problems[0]}.")
 
         # File sinks do not report how many rows they write; this does, for all.
-        observed = data.observe(ROWS_WRITTEN_METRIC, F.count(F.lit(1)).alias("rows"))
+        observed = self.encode_values(data).observe(
+            ROWS_WRITTEN_METRIC, F.count(F.lit(1)).alias("rows")
+        )
         writer = (
             observed.writeStream.outputMode(self._output_mode)
             .option("checkpointLocation", self._checkpoint)
@@ -566,6 +633,26 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         except DatasetError:
             return False
         return True
+
+
+def _per_topic_problem(data: DataFrame, value_type: StructType) -> str | None:
+    """Why ``value`` cannot be a record per topic, if it cannot."""
+    if "topic" not in data.columns:
+        return (
+            "writes a struct `value` without a topic: add `save_args: {topic: "
+            "...}`, or a `topic` column with `value` holding one record per "
+            "topic, named after it"
+        )
+    plain = [
+        f.name for f in value_type.fields if not isinstance(f.dataType, StructType)
+    ]
+    if plain:
+        return (
+            "names each row's topic in a `topic` column, so its `value` must hold "
+            "one record (a struct) per topic, named after it; "
+            f"{', '.join(plain)} is not a struct"
+        )
+    return None
 
 
 def _with_trigger(

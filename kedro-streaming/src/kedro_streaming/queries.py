@@ -21,6 +21,7 @@ from typing import Any
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from kedro.io import DataCatalog
+from kedro.io.core import DatasetError
 from kedro.pipeline import Pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
@@ -111,6 +112,7 @@ class StreamingQueryHooks:
         began = time.monotonic()
         check_run(spark, catalog, pipeline, self._settings, env=run_params.get("env"))
         sinks = streaming_datasets(catalog, pipeline.all_outputs())
+        self._register_avro_values(sinks)
         logger.info(
             "Checked the streaming configuration in %.2f s: %d sources, %d sinks.",
             checking + time.monotonic() - began,
@@ -363,6 +365,23 @@ class StreamingQueryHooks:
             _MAX_REPLANS,
         )
         return True
+
+    def _register_avro_values(self, sinks: dict[str, SparkStreamingDataset]) -> None:
+        """Registers each Avro sink's value schemas before any query starts, so
+        that a version the subject's compatibility refuses fails the run
+        first. A sink whose sources have no history yet (a table this run
+        writes first) registers when its query starts."""
+        for name, dataset in sinks.items():
+            if not dataset.writes_avro:
+                continue
+            try:
+                frame = self._rebuild(name)
+            except DatasetError:
+                continue
+            try:
+                dataset.encode_values(frame)
+            except StreamingConfigError as error:
+                raise StreamingConfigError(f"'{name}': {error}") from None
 
     def _rebuild(self, sink: str) -> Any:
         """The sink's DataFrame made again: its query's nodes run on what the

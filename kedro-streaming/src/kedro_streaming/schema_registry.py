@@ -110,6 +110,12 @@ class SchemaRegistry:
             ) from None
         return [self.version(subject, number) for number in sorted(numbers)]
 
+    def subjects(self) -> list[str]:
+        """Every subject's name (and a check that the registry answers)."""
+        return list(
+            self._get("/subjects", missing="has no /subjects: is it the API root?")
+        )
+
     def _get_or_none(self, path: str) -> Any:
         try:
             return self._get(path, missing=None)

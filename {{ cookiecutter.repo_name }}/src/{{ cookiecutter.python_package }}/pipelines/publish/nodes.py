@@ -13,9 +13,10 @@ def summary_messages(hourly_borough_summary: DataFrame) -> DataFrame:
     run with Kafka output does the aggregation once.
 
     Returns:
-        ``key``: the pickup borough; ``value``: the summary row as JSON.
+        ``key``: the pickup borough; ``value``: the summary row, as a record
+        the sink encodes (JSON, or Avro with the catalog's ``avro`` option).
     """
     return hourly_borough_summary.select(
         F.col("pickup_borough").alias("key"),
-        F.to_json(F.struct(*hourly_borough_summary.columns)).alias("value"),
+        F.struct(*hourly_borough_summary.columns).alias("value"),
     )

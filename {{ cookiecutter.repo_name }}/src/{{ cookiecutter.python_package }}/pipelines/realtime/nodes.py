@@ -35,8 +35,8 @@ def trip_messages(
         trip_topics: ``{valid: <topic>, rejected: <topic>}``.
 
     Returns:
-        ``key`` (the pickup location ID), ``value`` (the trip as JSON) and
-        ``topic``, as Spark's Kafka sink takes them.
+        ``key`` (the pickup location ID), ``topic``, and ``value``: a record
+        per topic, named after it, the row's own set (the sink encodes it).
     """
     zones = F.broadcast(taxi_zones.select("LocationID", "Borough", "Zone"))
     with_zones = checked_trips
@@ -53,29 +53,24 @@ def trip_messages(
     zone_columns = ["pickup_borough", "pickup_zone", "dropoff_borough", "dropoff_zone"]
     rejected = F.col("rejection_reason").isNotNull()
     payload = F.col("raw_payload")
-    # Every field, null or not: each message of a topic has the same fields.
-    as_json = {"ignoreNullFields": "false"}
+    rejected_record = F.struct(
+        "rejection_reason",
+        "warnings",
+        F.substring(payload, 1, RAW_PAYLOAD_CHARACTERS).alias("raw_payload"),
+        F.coalesce(F.length(payload) > RAW_PAYLOAD_CHARACTERS, F.lit(False)).alias(
+            "raw_payload_truncated"
+        ),
+        *[c for c in SOURCE_COLUMNS if c != "source_file"],
+    )
+    valid_record = F.struct(*checked_trips.columns, *zone_columns)
     return with_zones.select(
         F.col("PULocationID").cast("string").alias("key"),
-        F.when(
-            rejected,
-            F.to_json(
-                F.struct(
-                    "rejection_reason",
-                    "warnings",
-                    F.substring(payload, 1, RAW_PAYLOAD_CHARACTERS).alias(
-                        "raw_payload"
-                    ),
-                    F.coalesce(
-                        F.length(payload) > RAW_PAYLOAD_CHARACTERS, F.lit(False)
-                    ).alias("raw_payload_truncated"),
-                    *[c for c in SOURCE_COLUMNS if c != "source_file"],
-                ),
-                as_json,
-            ),
-        )
-        .otherwise(F.to_json(F.struct(*checked_trips.columns, *zone_columns), as_json))
-        .alias("value"),
+        # One record per topic: the sink encodes each row's own (JSON, or
+        # Avro with the catalog's `avro` option).
+        F.struct(
+            F.when(~rejected, valid_record).alias(trip_topics["valid"]),
+            F.when(rejected, rejected_record).alias(trip_topics["rejected"]),
+        ).alias("value"),
         F.when(rejected, F.lit(trip_topics["rejected"]))
         .otherwise(F.lit(trip_topics["valid"]))
         .alias("topic"),

@@ -1,0 +1,175 @@
+"""Avro against JSON through the ingest pipeline, from Kafka.
+
+The same TLC-shaped trips go to two topics: as JSON, and as Avro in
+Confluent's framing (schema version 1 of the project's ``tools.trips``,
+registered in the local Apicurio Registry). Then, round after round, a
+bounded run of ``ingest`` (``--params trigger=available_now``) reads each
+topic from the start into fresh tables: JSON, then Avro, on the same broker,
+PySpark and ``spark.yml``. Reports wall time and rows per second of each run,
+and checks both runs committed the same rows.
+
+    python benchmarks/avro_ingest.py [--rows 1000000] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from batch import bench_project
+from trips import trips
+
+PARTITIONS = 2
+SERVERS = "localhost:9092"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
+    )
+    args = parser.parse_args()
+
+    project, python = bench_project(args.workdir)
+    devtools = [python, "-m", "kedro_streaming.devtools"]
+    subprocess.run([*devtools, "broker", "start"], cwd=project, check=True)
+    started = subprocess.run(
+        [*devtools, "registry", "start"],
+        cwd=project,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    registry_url = started.stdout.strip().splitlines()[-1]
+    try:
+        suffix = uuid.uuid4().hex[:8]
+        topics = {fmt: f"bench-{fmt}-{suffix}" for fmt in ("json", "avro")}
+        lines = trips(args.rows).to_json(orient="records", lines=True).splitlines()
+        began = time.monotonic()
+        produce(project, topics, lines, registry_url)
+        print(
+            f"{len(lines):,} trips produced to each topic in "
+            f"{time.monotonic() - began:.0f} s",
+            flush=True,
+        )
+        envs = {
+            fmt: environment(project, fmt, topic, registry_url)
+            for fmt, topic in topics.items()
+        }
+        for number in range(1, args.rounds + 1):
+            rows = {}
+            for fmt, env in envs.items():
+                shutil.rmtree(project / "data" / env, ignore_errors=True)
+                seconds = timed_run(project, python, env)
+                rows[fmt] = ingested(project, env)
+                print(
+                    f"round {number}, {fmt}: {seconds:.1f} s, "
+                    f"{rows[fmt] / seconds:,.0f} rows/s ({rows[fmt]:,} rows in)",
+                    flush=True,
+                )
+            assert rows["json"] == rows["avro"] == len(lines), rows
+    finally:
+        subprocess.run([*devtools, "registry", "stop"], cwd=project, check=False)
+        subprocess.run([*devtools, "broker", "stop"], cwd=project, check=False)
+
+
+def produce(project: Path, topics: dict, lines: list[str], registry_url: str) -> None:
+    """Each JSON line to the JSON topic, and as Avro to the Avro topic, with
+    librdkafka's producer (confluent-kafka), keyed as the project's tools key."""
+    from confluent_kafka import Producer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    sys.path.insert(0, str(project))
+    from kedro_streaming.schema_registry import SchemaRegistry, avro_framer
+    from tools import trips as tools
+
+    admin = KafkaAdminClient(bootstrap_servers=SERVERS)
+    admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics.values()])
+    admin.close()
+    frame = avro_framer(
+        SchemaRegistry(registry_url),
+        f"{topics['avro']}-value",
+        tools.trip_avro_schema(1),
+    )
+    producer = Producer(
+        {"bootstrap.servers": SERVERS, "linger.ms": 20, "compression.type": "none"}
+    )
+    for line in lines:
+        key = tools.message_key(line)
+        for fmt, value in (
+            ("json", line.encode()),
+            ("avro", frame(tools.avro_trip(line, 1))),
+        ):
+            while True:
+                try:
+                    producer.produce(topics[fmt], value=value, key=key)
+                    break
+                except BufferError:  # the local queue is full: let it drain
+                    producer.poll(0.1)
+        producer.poll(0)
+    producer.flush()
+
+
+def environment(project: Path, fmt: str, topic: str, registry_url: str) -> str:
+    """conf/kafka as shipped, on ``topic`` and its own tables; Avro values
+    read through the registry for ``fmt`` avro."""
+    env = f"bench-ingest-{fmt}"
+    env_dir = project / "conf" / env
+    shutil.rmtree(env_dir, ignore_errors=True)
+    env_dir.mkdir()
+    for name in ("catalog.yml", "globals.yml", "credentials.yml"):
+        text = (project / "conf/kafka" / name).read_text()
+        text = text.replace(" trips_topic: taxi-trips", f" trips_topic: {topic}")
+        text = text.replace("output_root: data/kafka", f"output_root: data/{env}")
+        if name == "globals.yml" and fmt == "avro":
+            text += (
+                f"  schema_registry_url: {registry_url}\n"
+                "  trips_avro:\n"
+                "    schema_registry_url: ${kafka.schema_registry_url}\n"
+            )
+        (env_dir / name).write_text(text)
+    return env
+
+
+def timed_run(project: Path, python: Path, env: str) -> float:
+    """Wall time of a bounded `kedro run` of ingest: all that is in the topic."""
+    command = [python.parent / "kedro", "run", "--env", env, "--pipelines", "ingest"]
+    began = time.monotonic()
+    done = subprocess.run(
+        [*command, "--params", "trigger=available_now"],
+        check=False,
+        cwd=project,
+        env={**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"},
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.monotonic() - began
+    if done.returncode:
+        sys.exit(done.stdout[-3000:] + done.stderr[-3000:])
+    return seconds
+
+
+def ingested(project: Path, env: str) -> int:
+    """Input rows of the run's bronze_trips batches, from its progress log."""
+    log = project / "data" / env / "streams/progress.jsonl"
+    return sum(
+        record["input_rows"]
+        for record in map(json.loads, log.read_text().splitlines())
+        if record["query"] == "bronze_trips"
+    )
+
+
+if __name__ == "__main__":
+    main()
