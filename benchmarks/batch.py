@@ -157,6 +157,12 @@ def bench_project(workdir: Path) -> tuple[Path, Path]:
         pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         subprocess.run([*pip, "-r", project / "requirements.txt"], check=True)
         subprocess.run([*pip, "--no-deps", "-e", project], check=True)
+    # The plugin as it is in this checkout, whatever the project was made with.
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        + ["--no-deps", "--force-reinstall", STARTER],
+        check=True,
+    )
     return project, python
 
 
