@@ -58,7 +58,7 @@ def main() -> None:
         topics = {fmt: f"bench-{fmt}-{suffix}" for fmt in ("json", "avro")}
         lines = trips(args.rows).to_json(orient="records", lines=True).splitlines()
         began = time.monotonic()
-        produce(project, topics, lines, registry_url)
+        produce(python, project, topics, lines, registry_url)
         print(
             f"{len(lines):,} trips produced to each topic in "
             f"{time.monotonic() - began:.0f} s",
@@ -85,36 +85,65 @@ def main() -> None:
         subprocess.run([*devtools, "broker", "stop"], cwd=project, check=False)
 
 
-def produce(project: Path, topics: dict, lines: list[str], registry_url: str) -> None:
-    """Each JSON line to the JSON topic, and as Avro to the Avro topic, with
-    librdkafka's producer (confluent-kafka), keyed as the project's tools key."""
+# Run by the project's python, which has the plugin and the project's tools:
+# the JSON lines of a file as Avro records of schema version 1, each framed
+# for the subject and written with a 4-byte length before it.
+FRAMER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, ".")
+from kedro_streaming.schema_registry import SchemaRegistry, avro_framer
+from tools import trips
+url, subject, source, target = sys.argv[1:5]
+frame = avro_framer(SchemaRegistry(url), subject, trips.trip_avro_schema(1))
+with open(target, "wb") as out:
+    for line in Path(source).read_text().splitlines():
+        value = frame(trips.avro_trip(line, 1))
+        out.write(len(value).to_bytes(4, "big") + value)
+"""
+
+
+def avro_frames(  # noqa: PLR0917
+    python: Path, project: Path, lines: Path, subject: str, registry_url: str
+) -> list[bytes]:
+    """The JSON lines of ``lines`` as Confluent-framed Avro for ``subject``."""
+    target = lines.with_suffix(".avro-frames")
+    subprocess.run(
+        [python, "-c", FRAMER, registry_url, subject, lines, target],
+        cwd=project,
+        check=True,
+    )
+    data, frames, at = target.read_bytes(), [], 0
+    while at < len(data):
+        size = int.from_bytes(data[at : at + 4], "big")
+        frames.append(data[at + 4 : at + 4 + size])
+        at += 4 + size
+    return frames
+
+
+def produce(  # noqa: PLR0917
+    python: Path, project: Path, topics: dict, lines: list[str], registry_url: str
+) -> None:
+    """Each JSON line to the JSON topic, and as Avro to the Avro topic, keyed
+    by pickup location, with librdkafka's producer (confluent-kafka)."""
     from confluent_kafka import Producer
     from kafka.admin import KafkaAdminClient, NewTopic
-
-    sys.path.insert(0, str(project))
-    from kedro_streaming.schema_registry import SchemaRegistry, avro_framer
-    from tools import trips as tools
 
     admin = KafkaAdminClient(bootstrap_servers=SERVERS)
     admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics.values()])
     admin.close()
-    frame = avro_framer(
-        SchemaRegistry(registry_url),
-        f"{topics['avro']}-value",
-        tools.trip_avro_schema(1),
+    source = project.parent / "avro-ingest-lines.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    frames = avro_frames(
+        python, project, source, f"{topics['avro']}-value", registry_url
     )
-    producer = Producer(
-        {"bootstrap.servers": SERVERS, "linger.ms": 20, "compression.type": "none"}
-    )
-    for line in lines:
-        key = tools.message_key(line)
-        for fmt, value in (
-            ("json", line.encode()),
-            ("avro", frame(tools.avro_trip(line, 1))),
-        ):
+    producer = Producer({"bootstrap.servers": SERVERS, "linger.ms": 20})
+    for line, frame in zip(lines, frames, strict=True):
+        key = str(json.loads(line)["PULocationID"]).encode()
+        for topic, value in ((topics["json"], line.encode()), (topics["avro"], frame)):
             while True:
                 try:
-                    producer.produce(topics[fmt], value=value, key=key)
+                    producer.produce(topic, value=value, key=key)
                     break
                 except BufferError:  # the local queue is full: let it drain
                     producer.poll(0.1)

@@ -15,7 +15,14 @@ the producer); Spark's own share is the output message's Kafka timestamp
 (set by Spark's producer) minus the same. The first ``--warmup`` seconds are
 reported apart.
 
+With ``--formats json,avro``, each mode runs once per format: Avro in and
+out (the trips framed for the local Apicurio Registry, the project's
+``trips_avro`` and ``messages_avro`` options), against JSON, on the same
+producer: librdkafka's (confluent-kafka) in a process of its own, paced at
+``--rate``, since Kafka's load generator sends text lines only.
+
     python benchmarks/realtime_latency.py [--rate 5000] [--seconds 300] [--rounds 1]
+    python benchmarks/realtime_latency.py --formats json,avro --modes "Real-Time Mode"
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from avro_ingest import avro_frames
 from batch import bench_project
 from kafka_rate import perf_classpath, quantile
 from trips import trips
@@ -58,6 +66,11 @@ def main() -> None:
         "--modes",
         default="Real-Time Mode,micro-batch",
         help="comma-separated, from: Real-Time Mode, micro-batch",
+    )
+    parser.add_argument(
+        "--formats",
+        default="json",
+        help="comma-separated, from: json, avro (avro: the Python producer for all)",
     )
     parser.add_argument(
         "--warmup", type=int, default=10, help="first seconds, reported apart"
@@ -85,22 +98,41 @@ def main() -> None:
             orient="records", lines=True
         )
     )
-    broker = [python, "-m", "kedro_streaming.devtools", "broker"]
-    subprocess.run([*broker, "start"], cwd=project, check=True)
+    formats = args.formats.split(",")
+    devtools = [python, "-m", "kedro_streaming.devtools"]
+    subprocess.run([*devtools, "broker", "start"], cwd=project, check=True)
     try:
+        if "avro" in formats:
+            started = subprocess.run(
+                [*devtools, "registry", "start"],
+                cwd=project,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            args.registry_url = started.stdout.strip().splitlines()[-1]
+            args.producer = "python"
+        else:
+            args.producer = "java"
         classpath = perf_classpath(python, project)
         for number in range(1, args.rounds + 1):
             for mode in args.modes.split(","):
-                result = measure(args, project, python, classpath, payloads, mode=mode)
-                print(f"round {number}, {mode}: {result}", flush=True)
+                for fmt in formats:
+                    result = measure(
+                        args, project, python, classpath, payloads, mode=mode, fmt=fmt
+                    )
+                    print(f"round {number}, {mode}, {fmt}: {result}", flush=True)
     finally:
-        subprocess.run([*broker, "stop"], cwd=project, check=False)
+        if "avro" in formats:
+            subprocess.run([*devtools, "registry", "stop"], cwd=project, check=False)
+        subprocess.run([*devtools, "broker", "stop"], cwd=project, check=False)
 
 
-def measure(
-    args, project: Path, python: Path, classpath: str, payloads, *, mode
+def measure(  # noqa: PLR0914 (one run, top to bottom)
+    args, project: Path, python: Path, classpath: str, payloads, *, mode, fmt="json"
 ) -> str:
-    """One run of the realtime pipeline in ``mode``; its figures, as a line."""
+    """One run of the realtime pipeline in ``mode`` on ``fmt`` messages; its
+    figures, as a line."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -109,7 +141,14 @@ def measure(
     admin = KafkaAdminClient(bootstrap_servers=SERVERS)
     admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics.values()])
     admin.close()
-    env = write_environment(project, topics, suffix, mode, args.spark_conf)
+    registry_url = getattr(args, "registry_url", None) if fmt == "avro" else None
+    env = write_environment(
+        project, topics, suffix, mode, args.spark_conf, registry_url
+    )
+    if args.producer == "python":
+        payloads = framed_payloads(
+            python, project, payloads, topics["trips"], registry_url
+        )
 
     # librdkafka's consumer (confluent-kafka): kafka-python decodes each
     # record in Python, and on these two cores fell seconds behind whenever
@@ -165,7 +204,10 @@ def measure(
                 sys.exit(log_path.read_text()[-3000:])
             time.sleep(0.5)
         count = args.rate * args.seconds
-        produce(classpath, topics["trips"], payloads, count, args.rate)
+        if args.producer == "python":
+            produce_paced(topics["trips"], payloads, count, args.rate)
+        else:
+            produce(classpath, topics["trips"], payloads, count, args.rate)
         deadline = time.monotonic() + 60
         while len(raw) < count and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -181,19 +223,29 @@ def measure(
         .read_text()
         .splitlines()
     ]
+    produced_at = (
+        avro_timestamps(registry_url, [value for _, value, _ in raw])
+        if registry_url
+        else [epoch(json.loads(value)["kafka_timestamp"]) for _, value, _ in raw]
+    )
     received = [
-        (read_at, epoch(json.loads(value)["kafka_timestamp"]), sent_at / 1000)
-        for read_at, value, sent_at in raw
+        (read_at, produced, sent_at / 1000)
+        for (read_at, _, sent_at), produced in zip(raw, produced_at, strict=True)
     ]
     return report(received, count, args.warmup, batches)
 
 
-def write_environment(
-    project: Path, topics: dict, suffix: str, mode: str, spark_conf: list[str]
+def write_environment(  # noqa: PLR0917
+    project: Path,
+    topics: dict,
+    suffix: str,
+    mode: str,
+    spark_conf: list[str],
+    registry_url: str | None = None,
 ) -> str:
     """conf/kafka as shipped, on the run's own topics and tables; the sink in
     micro-batches when ``mode`` says so; ``spark_conf`` (``key=value``) added
-    to spark.yml."""
+    to spark.yml; Avro in and out through the registry at ``registry_url``."""
     env = f"bench-{suffix}"
     env_dir = project / "conf" / env
     env_dir.mkdir()
@@ -213,8 +265,89 @@ def write_environment(
             start = text.index(shipped)
             end = text.index("\n", start + len(shipped))
             text = text[:start] + f"    trigger: {{{MICRO_BATCH}}}" + text[end:]
+        if registry_url and name == "globals.yml":
+            text += f"  schema_registry_url: {registry_url}\n" + "".join(
+                f"  {option}:\n    schema_registry_url: ${{kafka.schema_registry_url}}\n"
+                for option in ("trips_avro", "messages_avro")
+            )
         (env_dir / name).write_text(text)
     return env
+
+
+def framed_payloads(
+    python: Path, project: Path, lines_file: Path, topic: str, registry_url
+) -> Path:
+    """The payloads for the Python producer, each 4-byte length-prefixed: the
+    JSON lines, or each as Avro framed for ``topic``'s subject (schema
+    version 1 of the project's ``tools.trips``)."""
+    lines = lines_file.read_text().splitlines()
+    if registry_url:
+        values = avro_frames(
+            python, project, lines_file, f"{topic}-value", registry_url
+        )
+    else:
+        values = [line.encode() for line in lines]
+    path = lines_file.with_suffix(".framed")
+    path.write_bytes(b"".join(len(v).to_bytes(4, "big") + v for v in values))
+    return path
+
+
+# A producer process of its own, so that the consumer thread here does not
+# slow it down: librdkafka sends, Python only paces.
+PACED_PRODUCER = """
+import sys, time
+from confluent_kafka import Producer
+servers, topic, path, count, rate = sys.argv[1:4] + [int(a) for a in sys.argv[4:6]]
+data, payloads, at = open(path, "rb").read(), [], 0
+while at < len(data):
+    size = int.from_bytes(data[at:at + 4], "big")
+    payloads.append(data[at + 4:at + 4 + size])
+    at += 4 + size
+producer = Producer({"bootstrap.servers": servers, "acks": "1", "linger.ms": 0})
+start = time.monotonic()
+for number in range(count):
+    wait = start + number / rate - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    while True:
+        try:
+            producer.produce(topic, payloads[number % len(payloads)])
+            break
+        except BufferError:
+            producer.poll(0.01)
+    producer.poll(0)
+producer.flush()
+"""
+
+
+def produce_paced(topic: str, payloads: Path, count: int, rate: int) -> None:
+    """librdkafka's producer (confluent-kafka), paced at ``rate``."""
+    subprocess.run(
+        [sys.executable, "-c", PACED_PRODUCER, SERVERS, topic, str(payloads)]
+        + [str(count), str(rate)],
+        check=True,
+    )
+
+
+def avro_timestamps(registry_url: str, values: list[bytes]) -> list[float]:
+    """Each output message's ``kafka_timestamp`` (its input's), decoded from
+    Avro with fastavro, as epoch seconds."""
+    import io
+    from urllib.request import urlopen
+
+    import fastavro
+
+    readers: dict[int, object] = {}
+    stamps = []
+    for value in values:
+        schema_id = int.from_bytes(value[1:5], "big")
+        if schema_id not in readers:
+            with urlopen(f"{registry_url}/schemas/ids/{schema_id}") as answer:
+                schema = json.loads(json.load(answer)["schema"])
+            readers[schema_id] = fastavro.parse_schema(schema)
+        record = fastavro.schemaless_reader(io.BytesIO(value[5:]), readers[schema_id])
+        stamps.append(record["kafka_timestamp"].timestamp())
+    return stamps
 
 
 def produce(classpath: str, topic: str, payloads: Path, count: int, rate: int) -> None:
