@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import time
 import venv
@@ -27,6 +29,7 @@ from support import (  # noqa: E402
     SASL_PASSWORD,
     SASL_USER,
     bad_certificates,
+    free_port,
     generate_project,
     install_project,
     run,
@@ -189,6 +192,73 @@ def schema_registry(plugin_tool, tmp_path_factory):
         yield state
     finally:
         plugin_tool("processes").stop_recorded(data, registry.STATE_FILE)
+
+
+# A login for the registry behind nginx: a password no URL, header or log
+# may show, with characters that need care in each.
+REGISTRY_USER = "schema-alice"
+REGISTRY_PASSWORD = 'p@ss "w0rd";\\ ü/#?'
+
+
+@pytest.fixture
+def registry_login(schema_registry, tmp_path):
+    """The session's registry behind nginx (Debian's package, installed if
+    missing) asking for HTTP basic authentication, as a company's registry
+    does: ``url``, ``username``, ``password``."""
+    if shutil.which("nginx") is None:
+        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends"]
+        if subprocess.run([*install, "nginx-light"], check=False).returncode:
+            subprocess.run(["apt-get", "update", "-q"], check=True)
+            subprocess.run([*install, "nginx-light"], check=True)
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    port = free_port()
+    (tmp_path / "users").write_text(f"{REGISTRY_USER}:{{PLAIN}}{REGISTRY_PASSWORD}\n")
+    (tmp_path / "nginx.conf").write_text(
+        f"""daemon off;
+user root;
+pid {tmp_path}/nginx.pid;
+error_log {tmp_path}/error.log;
+events {{}}
+http {{
+  access_log off;
+  client_body_temp_path {tmp_path}/body;
+  proxy_temp_path {tmp_path}/proxy;
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      auth_basic registry;
+      auth_basic_user_file {tmp_path}/users;
+      proxy_pass http://127.0.0.1:{schema_registry["port"]};
+    }}
+  }}
+}}
+"""
+    )
+    process = subprocess.Popen(
+        [nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")]
+    )
+    deadline = time.monotonic() + 10
+    while not _listening(port):
+        assert process.poll() is None, (tmp_path / "error.log").read_text()
+        assert time.monotonic() < deadline, "nginx did not listen"
+        time.sleep(0.1)
+    try:
+        yield {
+            "url": f"http://127.0.0.1:{port}/apis/ccompat/v7",
+            "username": REGISTRY_USER,
+            "password": REGISTRY_PASSWORD,
+        }
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 @pytest.fixture

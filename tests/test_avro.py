@@ -233,12 +233,16 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
     plugin_tool,
     broker,
     schema_registry,
+    registry_login,
     tmp_path,
+    monkeypatch,
 ):
-    """A wrong magic byte, a truncated frame, an id the registry lacks, a body
-    its writer schema does not decode, and a tombstone each land in bronze's
-    quarantine with their reason; good frames sent before the registry was
-    restarted decode after it (its schemas are kept on disk). The summary
+    """Through a registry that asks for a login (a wrong password refused
+    before start): a wrong magic byte, a truncated frame, an id the registry
+    lacks, a body its writer schema does not decode, and a tombstone each
+    land in bronze's quarantine with their reason; good frames sent before
+    the registry was restarted decode after it (its schemas are kept on
+    disk). The summary
     then goes out as Avro, and a schema change its subject refuses stops the
     next run before it starts."""
     trips = project_tool("trips")
@@ -247,15 +251,22 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
     servers = broker.bootstrap_servers
     topic, summary_topic = point_at_broker(project, servers, 10_000)
-    use_registry(project, schema_registry["url"])
+    # The registry behind a login, from conf/kafka/credentials.yml's
+    # environment variables, as docs/avro.md sets it.
+    url = registry_login["url"]
+    monkeypatch.setenv("SCHEMA_REGISTRY_USERNAME", registry_login["username"])
+    monkeypatch.setenv("SCHEMA_REGISTRY_PASSWORD", registry_login["password"])
+    use_registry(project, url)
 
-    registry = registry_module.SchemaRegistry(schema_registry["url"])
+    registry = registry_module.SchemaRegistry(
+        url, registry_login["username"], registry_login["password"]
+    )
     frame = registry_module.avro_framer(
         registry, f"{topic}-value", trips.trip_avro_schema(1)
     )
     good_lines = [line for line in trips.trip_records(0)[:12] if _fits(trips, line)]
     good = [frame(trips.avro_trip(line, 1)) for line in good_lines]
-    bad = bad_frames(good[0], schema_registry["url"])
+    bad = bad_frames(good[0], url)
     producer = KafkaProducer(bootstrap_servers=servers, acks="all")
     try:
         for value in [*good[:6], *bad, *good[6:]]:
@@ -282,11 +293,26 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
     )
     assert started.stdout.strip() == schema_registry["url"]
 
+    # A wrong password: refused before any query, naming the registry and
+    # the user, never the password.
+    monkeypatch.setenv("SCHEMA_REGISTRY_PASSWORD", "not-" + registry_login["password"])
+    refused = kedro_run(
+        project_bin, project, "--env", "kafka", "--pipelines", "ingest", check=False
+    )
+    assert refused.returncode == 1
+    assert (
+        f"'raw_trips': the schema registry at {url} refused user "
+        f"'{registry_login['username']}' (HTTP 401)"
+    ) in refused.stderr, refused.output[-3000:]
+    assert "Started streaming query" not in refused.output
+    assert registry_login["password"] not in refused.output
+    monkeypatch.setenv("SCHEMA_REGISTRY_PASSWORD", registry_login["password"])
+
     # The registry's address without its API path: refused before any query.
     globals_file = project / "conf/kafka/globals.yml"
     right = globals_file.read_text()
-    root = schema_registry["url"].rsplit("/apis", 1)[0]
-    globals_file.write_text(right.replace(schema_registry["url"], root))
+    root = url.rsplit("/apis", 1)[0]
+    globals_file.write_text(right.replace(url, root))
     refused = kedro_run(
         project_bin, project, "--env", "kafka", "--pipelines", "ingest", check=False
     )
@@ -331,6 +357,7 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
     with globals_file.open("a") as conf:
         conf.write(
             "  messages_avro:\n    schema_registry_url: ${kafka.schema_registry_url}\n"
+            "    credentials: schema_registry\n"
         )
     # Three more hours of trips, for windows the watermark closes.
     later = [
@@ -377,7 +404,7 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
     assert refused.returncode == 1
     assert (
         f"'hourly_borough_summary_messages': the schema registry at "
-        f"{schema_registry['url']} refused a new version of subject '{subject}' "
+        f"{url} refused a new version of subject '{subject}' "
         "(HTTP 409): "
     ) in refused.stderr, refused.output[-3000:]
     assert "Started streaming query" not in refused.output
