@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -163,10 +164,13 @@ def environment(project: Path, fmt: str, topic: str, registry_url: str) -> str:
         text = text.replace(" trips_topic: taxi-trips", f" trips_topic: {topic}")
         text = text.replace("output_root: data/kafka", f"output_root: data/{env}")
         if name == "globals.yml" and fmt == "avro":
+            text = re.sub(
+                r"(?m)^  schema_registry_url: .*$",
+                f"  schema_registry_url: {registry_url}",
+                text,
+            )
             text += (
-                f"  schema_registry_url: {registry_url}\n"
-                "  trips_avro:\n"
-                "    schema_registry_url: ${kafka.schema_registry_url}\n"
+                "  trips_avro:\n    schema_registry_url: ${kafka.schema_registry_url}\n"
             )
         (env_dir / name).write_text(text)
     return env

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -266,7 +267,12 @@ def write_environment(  # noqa: PLR0917
             end = text.index("\n", start + len(shipped))
             text = text[:start] + f"    trigger: {{{MICRO_BATCH}}}" + text[end:]
         if registry_url and name == "globals.yml":
-            text += f"  schema_registry_url: {registry_url}\n" + "".join(
+            text = re.sub(
+                r"(?m)^  schema_registry_url: .*$",
+                f"  schema_registry_url: {registry_url}",
+                text,
+            )
+            text += "".join(
                 f"  {option}:\n    schema_registry_url: ${{kafka.schema_registry_url}}\n"
                 for option in ("trips_avro", "messages_avro")
             )

@@ -456,34 +456,47 @@ def check_paths_reach_the_cluster(
         )
 
 
-def check_avro(
+def check_avro_registries(
+    sources: dict[str, SparkStreamingDataset],
+    sinks: dict[str, SparkStreamingDataset],
+) -> None:
+    """Fails unless the registry of each Avro source and sink answers (its
+    address and credentials right; a source's subject there). Needs no
+    Spark."""
+    problems = []
+    for name, dataset in {**sources, **sinks}.items():
+        try:
+            if name in sources and dataset.reads_avro:
+                dataset.avro_schemas  # noqa: B018 (asks the registry)
+            elif name in sinks and dataset.writes_avro:
+                dataset.check_registry()
+        except StreamingConfigError as error:
+            problems.append(f"'{name}': {error}")
+    _refuse_avro(problems)
+
+
+def check_avro_package(
     spark: SparkSession,
     sources: dict[str, SparkStreamingDataset],
     sinks: dict[str, SparkStreamingDataset],
 ) -> None:
-    """Fails unless each Avro source can decode and each Avro sink encode:
-    Spark has its Avro package, and the registry answers (its address and
-    credentials right; a source's subject there)."""
-    readers = {name: d for name, d in sources.items() if d.reads_avro}
-    writers = {name: d for name, d in sinks.items() if d.writes_avro}
-    if not readers and not writers:
-        return
-    problems = []
+    """Fails unless Spark has its Avro package, when a dataset uses Avro."""
+    names = [n for n, d in sources.items() if d.reads_avro] + [
+        n for n, d in sinks.items() if d.writes_avro
+    ]
     jvm = getattr(spark, "_jvm", None)  # none over Spark Connect: the server's
-    if jvm is not None and not _class_loads(jvm, "org.apache.spark.sql.avro.functions"):
-        problems.append(
-            f"{', '.join(repr(n) for n in {**readers, **writers})} use Avro, which "
-            "this Spark cannot: add org.apache.spark:spark-avro_2.13:"
-            f"{spark.version} to spark.jars.packages in conf/base/spark.yml"
-        )
-    for name, dataset in {**readers, **writers}.items():
-        try:
-            if name in readers:
-                dataset.avro_schemas  # noqa: B018 (asks the registry)
-            else:
-                dataset.check_registry()
-        except StreamingConfigError as error:
-            problems.append(f"'{name}': {error}")
+    if names and jvm is not None:
+        if not _class_loads(jvm, "org.apache.spark.sql.avro.functions"):
+            _refuse_avro(
+                [
+                    f"{', '.join(repr(n) for n in dict.fromkeys(names))} use Avro, "
+                    "which this Spark cannot: add org.apache.spark:spark-avro_2.13:"
+                    f"{spark.version} to spark.jars.packages in conf/base/spark.yml"
+                ]
+            )
+
+
+def _refuse_avro(problems: list[str]) -> None:
     if problems:
         raise StreamingConfigError(
             "Avro datasets cannot start:\n"
@@ -639,6 +652,7 @@ def check_before_spark(
     sources = streaming_datasets(catalog, pipeline.inputs())
     check_streams_have_sinks(catalog, pipeline, {**sources, **sinks}, other_envs)
     check_configuration(sinks, sources)
+    check_avro_registries(sources, sinks)
     running = {name: info for name, info in state.running().items() if name in sinks}
     if running:
         raise StreamingConfigError(
@@ -689,7 +703,7 @@ def check_run(
         {name: [s for s in sinks if name in sources_of(s)] for name in sources},
         sinks,
     )
-    check_avro(spark, sources, sinks)
+    check_avro_package(spark, sources, sinks)
     check_real_time_task_slots(spark, real_time_sinks, sources_of)
 
 
