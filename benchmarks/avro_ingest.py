@@ -5,8 +5,10 @@ Confluent's framing (schema version 1 of the project's ``tools.trips``,
 registered in the local Apicurio Registry). Then, round after round, a
 bounded run of ``ingest`` (``--params trigger=available_now``) reads each
 topic from the start into fresh tables: JSON, then Avro, on the same broker,
-PySpark and ``spark.yml``. Reports wall time and rows per second of each run,
-and checks both runs committed the same rows.
+PySpark and ``spark.yml``, each after ``handwritten_kafka.py`` doing the
+same ingest by hand. Reports wall time, the ratio to the hand-written
+script and rows per second of each run, and checks both runs read every
+row.
 
     python benchmarks/avro_ingest.py [--rows 1000000] [--rounds 2]
 """
@@ -72,11 +74,19 @@ def main() -> None:
         for number in range(1, args.rounds + 1):
             rows = {}
             for fmt, env in envs.items():
+                out = args.workdir / f"handwritten-{fmt}"
+                shutil.rmtree(out, ignore_errors=True)
+                by_hand = [python, HERE / "handwritten_kafka.py", project, out]
+                by_hand += [topics[fmt], fmt, registry_url]
+                hand_seconds = timed(by_hand, project)
                 shutil.rmtree(project / "data" / env, ignore_errors=True)
-                seconds = timed_run(project, python, env)
+                kedro = [python.parent / "kedro", "run", "--env", env]
+                kedro += ["--pipelines", "ingest", "--params", "trigger=available_now"]
+                seconds = timed(kedro, project)
                 rows[fmt] = ingested(project, env)
                 print(
-                    f"round {number}, {fmt}: {seconds:.1f} s, "
+                    f"round {number}, {fmt}: hand-written {hand_seconds:.1f} s, "
+                    f"kedro run {seconds:.1f} s (ratio {seconds / hand_seconds:.2f}), "
                     f"{rows[fmt] / seconds:,.0f} rows/s ({rows[fmt]:,} rows in)",
                     flush=True,
                 )
@@ -176,17 +186,16 @@ def environment(project: Path, fmt: str, topic: str, registry_url: str) -> str:
     return env
 
 
-def timed_run(project: Path, python: Path, env: str) -> float:
-    """Wall time of a bounded `kedro run` of ingest: all that is in the topic."""
-    command = [python.parent / "kedro", "run", "--env", env, "--pipelines", "ingest"]
+def timed(command: list, project: Path) -> float:
+    """Wall time of ``command``, run in the project."""
     began = time.monotonic()
     done = subprocess.run(
-        [*command, "--params", "trigger=available_now"],
-        check=False,
+        command,
         cwd=project,
         env={**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"},
         capture_output=True,
         text=True,
+        check=False,
     )
     seconds = time.monotonic() - began
     if done.returncode:

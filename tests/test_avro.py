@@ -479,7 +479,7 @@ def test_each_avro_mistake_is_named(
     }
 
 
-def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0914, PLR0915, PLR0917 (fixtures; one story)
+def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0912, PLR0914, PLR0915, PLR0917 (fixtures; one story)
     generated_project,
     project_bin,
     project_tool,
@@ -488,10 +488,11 @@ def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0914, PLR0915, PLR0917
     schema_registry,
     tmp_path,
 ):
-    """Real-Time Mode with Avro in and out: trips in schema versions 1 and 2
-    and each kind of bad frame go in; every message comes out on the
-    topic of its verdict, in Avro under that topic's own subject, with the
-    reason, fields and zones the reference gives it."""
+    """Real-Time Mode with Avro in and out, keys in Avro too (`key_subject`):
+    trips in schema versions 1 and 2, each kind of bad frame, a bad key and
+    a message without a key go in; every message comes out on the topic of
+    its verdict, in Avro under that topic's own subject, with the reason,
+    fields and zones the reference gives it."""
     trips = project_tool("trips")
     registry_module = importlib.import_module("kedro_streaming.schema_registry")
     plugin_tool("kafka")
@@ -502,14 +503,16 @@ def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0914, PLR0915, PLR0917
     use_registry(project, schema_registry["url"])
     with (project / "conf/kafka/globals.yml").open("a") as conf:
         conf.write(
+            f"    key_subject: {topic}-key\n"
             "  messages_avro:\n    schema_registry_url: ${kafka.schema_registry_url}\n"
         )
     kafka = yaml.safe_load((project / "conf/kafka/globals.yml").read_text())["kafka"]
     outputs = [kafka["checked_trips_topic"], kafka["rejected_trips_topic"]]
 
     registry = registry_module.SchemaRegistry(schema_registry["url"])
+    key_frame = registry_module.avro_framer(registry, f"{topic}-key", '"string"')
     lines = {}  # input offset: the JSON line a good frame was made from
-    values = []
+    values, keys = [], []
     for version, index in ((1, 0), (2, 1)):
         frame = registry_module.avro_framer(
             registry, f"{topic}-value", trips.trip_avro_schema(version)
@@ -518,11 +521,28 @@ def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0914, PLR0915, PLR0917
             if _fits(trips, line):
                 lines[len(values)] = line
                 values.append(frame(trips.avro_trip(line, version)))
+                keys.append(key_frame(str(json.loads(line)["PULocationID"])))
         if version == 1:
             bad = bad_frames(values[0], schema_registry["url"])
             reasons = {len(values) + n: reason for n, reason in enumerate(bad.values())}
             values += list(bad)
-    send_to_one_partition(servers, topic, values)
+            keys += [keys[0]] * len(bad)
+            # A good trip without a key, and one whose key is not framed.
+            lines[len(values)] = lines[0]
+            values.append(values[0])
+            keys.append(None)
+            reasons[len(values)] = (
+                "key: not in Confluent's wire format: magic byte 7, 0 expected"
+            )
+            values.append(values[0])
+            keys.append(b"\x07" + keys[0][1:])
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all")
+    try:
+        for key, value in zip(keys, values, strict=True):
+            producer.send(topic, key=key, value=value, partition=0)
+        producer.flush()
+    finally:
+        producer.close()
 
     log = project / "realtime.log"
     process = start_kedro(
@@ -574,14 +594,23 @@ def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0914, PLR0915, PLR0917
         assert (message["kafka_topic"], message["kafka_partition"]) == (topic, 0)
         if offset in reasons:
             assert record.topic == outputs[1], offset
-            assert message["rejection_reason"] == reasons[offset]
-            value = values[offset]
-            assert message["raw_payload"] == (
-                None if value is None else base64.b64encode(value).decode()
-            )
+            assert_rejected_frame(message, reasons[offset], values[offset], lines[0])
             continue
         trip, reason = check(decode(lines[offset].encode()), set(boroughs))
         assert record.topic == outputs[reason is not None], offset
         assert message["rejection_reason"] == reason
         if trip is not None:
             assert_same_trip(message, trip, boroughs)
+
+
+def assert_rejected_frame(message: dict, reason: str, value, good_line: str) -> None:
+    """A bad frame's message: its reason, and its bytes as base64; a bad key's,
+    the record its good value decoded to."""
+    assert message["rejection_reason"] == reason
+    if reason.startswith("key: "):
+        record = json.loads(message["raw_payload"])
+        assert record["PULocationID"] == json.loads(good_line)["PULocationID"]
+    else:
+        assert message["raw_payload"] == (
+            None if value is None else base64.b64encode(value).decode()
+        )

@@ -47,6 +47,17 @@ from .schema_registry import SchemaRegistry
 # gives a record of nulls for one that does not.
 _DECODED = "kedro_streaming_decoded"
 _FRAME_BYTES = 5
+_SINGLE_TYPES = (
+    "boolean",
+    "int",
+    "long",
+    "float",
+    "double",
+    "bytes",
+    "string",
+    "enum",
+    "fixed",
+)
 UNPLANNED_ID = re.compile(r"Avro schema id (\d+) is not in the query's plan")
 
 
@@ -92,31 +103,41 @@ class AvroSchemas:
 
 
 def decode_values(
-    raw: DataFrame, schemas: AvroSchemas, column: str = "value"
+    raw: DataFrame, schemas: AvroSchemas, column: str = "value", *, nulls: bool = False
 ) -> DataFrame:
     """Adds ``<column>_record`` (the record, by the reader schema; null when it
     did not decode) and ``<column>_problem`` (why not; null when it did).
 
-    Problems: a null value, a frame shorter than 5 bytes, a magic byte other
-    than 0, an id the registry has no schema for, a body that does not decode
-    with its writer schema.
+    Problems: a null value (unless ``nulls``: a message without a key), a
+    frame shorter than 5 bytes, a magic byte other than 0, an id the registry
+    has no schema for, a body that does not decode with its writer schema.
     """
     try:
         reader = json.loads(schemas.reader)
     except ValueError:
         reader = None
-    if not isinstance(reader, dict) or reader.get("type") != "record":
+    is_record = isinstance(reader, dict) and reader.get("type") == "record"
+    # A single type (a string key, say) decodes to null only when it fails.
+    is_single = isinstance(reader, str) or (
+        isinstance(reader, dict) and reader.get("type") in _SINGLE_TYPES
+    )
+    if not (is_record or is_single):
         raise StreamingConfigError(
             f"subject '{schemas.subject}' (version {schemas.version}) of the schema "
-            f"registry at {schemas.registry.url} is not an Avro record schema: "
-            "the Avro option reads records"
+            f"registry at {schemas.registry.url} is neither an Avro record nor a "
+            "single type (a union, an array or a map at the top): the Avro option "
+            "reads those two"
         )
-    marked = dict(
-        reader,
-        fields=[
-            *reader["fields"],
-            {"name": _DECODED, "type": "boolean", "default": True},
-        ],
+    marked = (
+        dict(
+            reader,
+            fields=[
+                *reader["fields"],
+                {"name": _DECODED, "type": "boolean", "default": True},
+            ],
+        )
+        if is_record
+        else reader
     )
     value = F.col(column)
     body = F.expr(f"substring(`{column}`, {_FRAME_BYTES + 1})")
@@ -149,7 +170,7 @@ def decode_values(
     record = F.col(f"_{column}_decoded")
     length = F.length(value).cast("string")
     problem = (
-        F.when(value.isNull(), F.lit("null value (a tombstone)"))
+        F.when(value.isNull(), F.lit(None if nulls else "null value (a tombstone)"))
         .when(
             F.length(value) < _FRAME_BYTES,
             F.concat(
@@ -175,7 +196,7 @@ def decode_values(
             ),
         )
         .when(
-            record[_DECODED].isNull(),
+            (record[_DECODED] if is_record else record).isNull(),
             F.concat(
                 F.lit("does not decode with its writer schema (id "),
                 schema_id.cast("string"),
@@ -185,7 +206,11 @@ def decode_values(
     )
     return raw.withColumns(
         {
-            f"{column}_record": F.when(record[_DECODED], record.dropFields(_DECODED)),
+            f"{column}_record": (
+                F.when(record[_DECODED], record.dropFields(_DECODED))
+                if is_record
+                else record
+            ),
             f"{column}_problem": problem,
         }
     ).drop(f"_{column}_decoded")

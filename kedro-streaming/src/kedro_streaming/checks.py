@@ -468,6 +468,7 @@ def check_avro_registries(
         try:
             if name in sources and dataset.reads_avro:
                 dataset.avro_schemas  # noqa: B018 (asks the registry)
+                dataset.avro_key_schemas  # noqa: B018
             elif name in sinks and dataset.writes_avro:
                 dataset.check_registry()
         except StreamingConfigError as error:

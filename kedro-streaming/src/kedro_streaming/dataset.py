@@ -47,7 +47,13 @@ TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous", "realTi
 REAL_TIME = "realTime"
 # Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
 # The keys of a Kafka source's `avro` option.
-AVRO_OPTIONS = ("schema_registry_url", "subject", "version", "credentials")
+AVRO_OPTIONS = (
+    "schema_registry_url",
+    "subject",
+    "version",
+    "key_subject",
+    "credentials",
+)
 _SECRET_MARKERS = ("jaas", "password", "secret", "keystore.key", "credentials")
 
 
@@ -121,10 +127,12 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             avro: Kafka values in Avro, in Confluent's wire format:
                 ``schema_registry_url``; ``subject`` (default
                 ``<topic>-value``); ``version``, a source's reader schema
-                (default ``latest``); ``credentials``, the registry's
-                ``username`` and ``password``. A source decodes each message
-                with the schema its id names into ``value_record`` (by the
-                reader schema), or gives ``value_problem``; a sink encodes a
+                (default ``latest``); ``key_subject``, for a source whose keys
+                are Avro too (``key_record``, ``key_problem``; no key is no
+                problem); ``credentials``, the registry's ``username`` and
+                ``password``. A source decodes each message with the schema
+                its id names into ``value_record`` (by the reader schema), or
+                gives ``value_problem``; a sink encodes a
                 struct ``value`` with a schema derived from it, registered at
                 start (see ``encode_values``).
             metadata: Ignored by Kedro; free for users and plugins.
@@ -153,6 +161,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         self._started_from: DataFrame | None = None
         self._avro = dict(avro) if avro else None
         self._avro_schemas: AvroSchemas | None = None
+        self._avro_key_schemas: AvroSchemas | None = None
 
     @property
     def query(self) -> StreamingQuery | None:
@@ -384,6 +393,15 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             )
         return self._avro_schemas
 
+    @property
+    def avro_key_schemas(self) -> AvroSchemas | None:
+        """The schemas its keys decode with (``key_subject``), if keys are Avro."""
+        if self._avro_key_schemas is None and self._avro.get("key_subject"):
+            self._avro_key_schemas = AvroSchemas.from_registry(
+                self._registry(), str(self._avro["key_subject"])
+            )
+        return self._avro_key_schemas
+
     def _registry(self) -> SchemaRegistry:
         options = dict(self._avro)
         unknown = sorted(set(options) - set(AVRO_OPTIONS))
@@ -475,6 +493,8 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         since the plan (decoded then), or an id the registry lacks (each such
         record then quarantined with that reason)."""
         self._avro_schemas = self.avro_schemas.with_id(schema_id)
+        if self.avro_key_schemas is not None:
+            self._avro_key_schemas = self.avro_key_schemas.with_id(schema_id)
 
     def _avro_subject(self) -> str:
         if self._avro.get("subject"):
@@ -529,6 +549,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             frame = reader.load(self._path) if self._path else reader.load()
             if self._avro is not None:
                 frame = decode_values(frame, self.avro_schemas)
+                if self.avro_key_schemas is not None:
+                    frame = decode_values(
+                        frame, self.avro_key_schemas, "key", nulls=True
+                    )
             return frame
         except AnalysisException as exc:
             message = str(exc)

@@ -284,8 +284,17 @@ def _avro_records(raw: DataFrame, fields: T.StructType) -> DataFrame:
         F.when(record.isNotNull(), F.to_json(record))
         .otherwise(F.regexp_replace(F.base64(value), r"\s", ""))
         .alias("raw_payload"),
-        F.col(AVRO_PROBLEM).alias("_decode_problem"),
+        _avro_problem(raw).alias("_decode_problem"),
         *_origin_columns(raw),
+    )
+
+
+def _avro_problem(raw: DataFrame) -> Column:
+    """The value's problem, else the key's (when keys are Avro too)."""
+    if "key_problem" not in raw.columns:
+        return F.col(AVRO_PROBLEM)
+    return F.coalesce(
+        F.col(AVRO_PROBLEM), F.concat(F.lit("key: "), F.col("key_problem"))
     )
 
 
