@@ -2,7 +2,12 @@
 
 import json
 
+import pytest
 from kedro_streaming import SparkStreamingDataset
+from kedro_streaming.avro import value_schema
+from kedro_streaming.errors import StreamingConfigError
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 FOREACH_BATCH_ROWS: list[int] = []
 
@@ -106,3 +111,98 @@ def test_start_takes_the_callers_trigger_and_name_and_save_adds_no_query(
         for active in spark.streams.active:
             if active.name in ("run", "own"):
                 active.stop()
+
+
+def test_a_kafka_sink_encodes_struct_values_and_passes_text_through(spark):
+    """JSON with every field (nulls too) for one topic; each row's own record
+    for several; text as it is; a row whose topic has no record fails."""
+    one_topic = SparkStreamingDataset(
+        file_format="kafka", save_args={"topic": "readings"}
+    )
+    rows = spark.sql(
+        "SELECT 'd1' AS key, named_struct('device', 'd1', 'c', CAST(NULL AS DOUBLE)) "
+        "AS value"
+    )
+    assert [r.value for r in one_topic.encode_values(rows).collect()] == [
+        '{"device":"d1","c":null}'
+    ]
+    text = spark.sql("SELECT 'as it is' AS value")
+    assert one_topic.encode_values(text).collect()[0].value == "as it is"
+
+    many = SparkStreamingDataset(file_format="kafka")
+    routed = spark.sql(
+        "SELECT topic, named_struct("
+        "'ok', IF(topic = 'ok', named_struct('n', 1), NULL), "
+        "'bad', IF(topic = 'bad', named_struct('why', 'late'), NULL)) AS value "
+        "FROM VALUES ('ok'), ('bad') AS t(topic)"
+    )
+    encoded = many.encode_values(routed).orderBy("topic").collect()
+    assert [(r.topic, r.value) for r in encoded] == [
+        ("bad", '{"why":"late"}'),
+        ("ok", '{"n":1}'),
+    ]
+    stray = routed.withColumn("topic", F.lit("other"))
+    with pytest.raises(Exception, match="a row's topic other has no record in"):
+        many.encode_values(stray).collect()
+    with pytest.raises(StreamingConfigError, match="without a topic"):
+        many.encode_values(rows)
+
+
+def test_value_schema_is_the_avro_of_the_struct():
+    """Each Spark type's Avro; nullable fields a union with null, default null."""
+    struct = T.StructType(
+        [
+            T.StructField("id", T.LongType(), nullable=False),
+            T.StructField("at", T.TimestampType()),
+            T.StructField("day", T.DateType(), nullable=False),
+            T.StructField("amount", T.DecimalType(10, 2), nullable=False),
+            T.StructField("tags", T.ArrayType(T.StringType(), False), False),
+            T.StructField(
+                "window", T.StructType([T.StructField("n", T.IntegerType())])
+            ),
+        ]
+    )
+    assert json.loads(value_schema(struct, "sensor-readings")) == {
+        "type": "record",
+        "name": "sensor_readings",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {
+                "name": "at",
+                "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
+                "default": None,
+            },
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {
+                "name": "amount",
+                "type": {
+                    "type": "bytes",
+                    "logicalType": "decimal",
+                    "precision": 10,
+                    "scale": 2,
+                },
+            },
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {
+                "name": "window",
+                "type": [
+                    "null",
+                    {
+                        "type": "record",
+                        "name": "sensor_readings_window",
+                        "fields": [
+                            {"name": "n", "type": ["null", "int"], "default": None}
+                        ],
+                    },
+                ],
+                "default": None,
+            },
+        ],
+    }
+    with pytest.raises(StreamingConfigError, match="map<int,string> has no Avro"):
+        value_schema(
+            T.StructType(
+                [T.StructField("m", T.MapType(T.IntegerType(), T.StringType()))]
+            ),
+            "x",
+        )
