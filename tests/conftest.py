@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import venv
 from pathlib import Path
@@ -26,6 +27,7 @@ from support import (  # noqa: E402
     EVENT_HUBS_USER,
     PACKAGE,
     PLUGIN_SOURCE,
+    PREFETCHES,
     SASL_PASSWORD,
     SASL_USER,
     bad_certificates,
@@ -33,8 +35,13 @@ from support import (  # noqa: E402
     generate_project,
     install_project,
     run,
+    start_prefetches,
     tool_service,
 )
+
+
+def pytest_sessionstart(session):
+    start_prefetches(Path(tempfile.mkdtemp(prefix="prefetched-")))
 
 
 @pytest.fixture(scope="session")
@@ -184,6 +191,8 @@ def schema_registry(plugin_tool, tmp_path_factory):
     Central, as `kedro streams registry start` runs it): its state, ``url``
     (Confluent's API) and ``data`` (its schemas' folder) among it."""
     registry = plugin_tool("registry")
+    if "registry" in PREFETCHES:
+        PREFETCHES["registry"].join()
     data = tmp_path_factory.mktemp("schema-registry")
     started = time.monotonic()
     state = registry.start(data, plugin_tool("processes").free_ports(1)[0])

@@ -240,7 +240,39 @@ def assert_tidy_home(project: Path, project_bin: Path) -> None:
 def make_line_project(workdir: Path, version: str) -> tuple[Path, Path]:
     """A project made for Spark ``version``, in a virtualenv of its own."""
     project = generate_project(workdir, spark_version=version)
+    if "pyspark" in PREFETCHES:  # its wheel, built meanwhile, is in pip's cache
+        PREFETCHES["pyspark"].join()
     return project, install_project(project, workdir / "venv")
+
+
+def start_prefetches(cache: Path) -> None:
+    """Fetches in the background what later tests download, while the first
+    ones run: the schema registry's application (Maven) and the other Spark
+    lines' PySpark, built into pip's wheel cache. Each is safe to fetch
+    twice at once (the registry's download takes a file lock), and the tests
+    that need them wait for them."""
+
+    def registry() -> None:
+        sys.path.insert(0, str(PLUGIN_SOURCE))
+        module = __import__("kedro_streaming.devtools.registry", fromlist=["_"])
+        with contextlib.suppress(Exception):  # the fixture fetches it then
+            module.resolve_registry()
+
+    def pyspark() -> None:
+        for version in OTHER_SPARK_VERSIONS:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
+                + ["-w", str(cache), f"pyspark=={version}"],
+                check=False,
+                capture_output=True,
+            )
+
+    for name, fetch in (("registry", registry), ("pyspark", pyspark)):
+        PREFETCHES[name] = threading.Thread(target=fetch, daemon=True)
+        PREFETCHES[name].start()
+
+
+PREFETCHES: dict[str, threading.Thread] = {}
 
 
 # The other Spark lines tests/test_spark_lines.py runs (comma-separated).
