@@ -464,7 +464,7 @@ def test_each_avro_mistake_is_named(
     assert messages == {
         "a misspelt key": "its `avro` option has 'schema_registry_uri' (did you mean "
         "'schema_registry_url'?), which it does not read; its keys: "
-        "schema_registry_url, subject, version, credentials",
+        "schema_registry_url, subject, version, key_subject, credentials",
         "not the API root": f"{root} is not a schema registry's API root: it has no "
         "/subjects. Give the root of Confluent's API (Apicurio serves it under "
         "/apis/ccompat/v7)",
