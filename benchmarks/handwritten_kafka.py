@@ -56,26 +56,29 @@ def main() -> None:
         .option("maxOffsetsPerTrigger", 50000)
         .load()
     )
+    # Decoded once into a struct column, then its fields: selecting each field
+    # straight from the decoding expression would decode it once per field.
     if args.format == "json":
-        trip = F.from_json(F.col("value").cast("string"), TRIP_SCHEMA)
-        fields = [
-            F.timestamp_millis(trip[name]).alias(name)
-            if name in TIMES
-            else trip[name].alias(name)
-            for name in (part.split()[0] for part in TRIP_SCHEMA.split(", "))
-        ]
+        decoded = F.from_json(F.col("value").cast("string"), TRIP_SCHEMA)
+        names = [part.split()[0] for part in TRIP_SCHEMA.split(", ")]
     else:
         from pyspark.sql.avro.functions import from_avro
 
         subject = f"{args.registry_url}/subjects/{args.topic}-value/versions/latest"
         with urlopen(subject) as answer:
             schema = json.load(answer)["schema"]
-        trip = from_avro(F.expr("substring(value, 6)"), schema)
-        fields = [
-            trip[field["name"]].alias(field["name"])
-            for field in json.loads(schema)["fields"]
-        ]
-    trips = raw.select(*fields, "topic", "partition", "offset", "timestamp")
+        decoded = from_avro(F.expr("substring(value, 6)"), schema)
+        names = [field["name"] for field in json.loads(schema)["fields"]]
+    kafka = ["topic", "partition", "offset", "timestamp"]
+    trips = raw.select(decoded.alias("trip"), *kafka).select(
+        *[
+            F.timestamp_millis(F.col("trip")[name]).alias(name)
+            if args.format == "json" and name in TIMES
+            else F.col("trip")[name].alias(name)
+            for name in names
+        ],
+        *kafka,
+    )
     query = (
         trips.writeStream.format("parquet")
         .option("checkpointLocation", str(args.out / "checkpoint"))
