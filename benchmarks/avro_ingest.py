@@ -48,14 +48,7 @@ def main() -> None:
     project, python = bench_project(args.workdir)
     devtools = [python, "-m", "kedro_streaming.devtools"]
     subprocess.run([*devtools, "broker", "start"], cwd=project, check=True)
-    started = subprocess.run(
-        [*devtools, "registry", "start"],
-        cwd=project,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    registry_url = started.stdout.strip().splitlines()[-1]
+    registry_url = start_registry(python, project)
     try:
         suffix = uuid.uuid4().hex[:8]
         topics = {fmt: f"bench-{fmt}-{suffix}" for fmt in ("json", "avro")}
@@ -94,6 +87,18 @@ def main() -> None:
     finally:
         subprocess.run([*devtools, "registry", "stop"], cwd=project, check=False)
         subprocess.run([*devtools, "broker", "stop"], cwd=project, check=False)
+
+
+def start_registry(python: Path, project: Path) -> str:
+    """``kedro streams registry start`` in the project; the registry's URL."""
+    started = subprocess.run(
+        [python, "-m", "kedro_streaming.devtools", "registry", "start"],
+        cwd=project,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return started.stdout.strip().splitlines()[-1]
 
 
 # Run by the project's python, which has the plugin and the project's tools:

@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from avro_ingest import avro_frames
+from avro_ingest import avro_frames, start_registry
 from batch import bench_project
 from kafka_rate import perf_classpath, quantile
 from trips import trips
@@ -104,14 +104,7 @@ def main() -> None:
     subprocess.run([*devtools, "broker", "start"], cwd=project, check=True)
     try:
         if "avro" in formats:
-            started = subprocess.run(
-                [*devtools, "registry", "start"],
-                cwd=project,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            args.registry_url = started.stdout.strip().splitlines()[-1]
+            args.registry_url = start_registry(python, project)
             args.producer = "python"
         else:
             args.producer = "java"
