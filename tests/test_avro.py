@@ -488,7 +488,8 @@ def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0912, PLR0914, PLR0915
     schema_registry,
     tmp_path,
 ):
-    """Real-Time Mode with Avro in and out, keys in Avro too (`key_subject`):
+    """Real-Time Mode with Avro in and out, the reader pinned to version 1,
+    keys in Avro too (`key_subject`):
     trips in schema versions 1 and 2, each kind of bad frame, a bad key and
     a message without a key go in; every message comes out on the topic of
     its verdict, in Avro under that topic's own subject, with the reason,
@@ -503,6 +504,9 @@ def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0912, PLR0914, PLR0915
     use_registry(project, schema_registry["url"])
     with (project / "conf/kafka/globals.yml").open("a") as conf:
         conf.write(
+            # The reader pinned to version 1: version 2's trips projected
+            # onto it (their new field dropped), as an older consumer reads.
+            "    version: 1\n"
             f"    key_subject: {topic}-key\n"
             "  messages_avro:\n    schema_registry_url: ${kafka.schema_registry_url}\n"
         )
