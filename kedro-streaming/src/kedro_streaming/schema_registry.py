@@ -28,6 +28,10 @@ from typing import Any
 from .errors import StreamingConfigError
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+_NOT_THE_ROOT = (
+    "{url} is not a schema registry's API root: it has no /subjects. Give the "
+    "root of Confluent's API (Apicurio serves it under /apis/ccompat/v7)"
+)
 
 
 @dataclass(frozen=True)
@@ -96,11 +100,7 @@ class SchemaRegistry:
         except _Missing:
             subjects = self._get_or_none("/subjects")
             if subjects is None:
-                raise StreamingConfigError(
-                    f"{self.url} is not a schema registry's API root: it has no "
-                    "/subjects. Give the root of Confluent's API (Apicurio serves "
-                    "it under /apis/ccompat/v7)"
-                ) from None
+                raise StreamingConfigError(_NOT_THE_ROOT.format(url=self.url)) from None
             close = difflib.get_close_matches(subject, subjects, 3)
             raise StreamingConfigError(
                 f"the schema registry at {self.url} has no subject '{subject}'"
@@ -112,9 +112,10 @@ class SchemaRegistry:
 
     def subjects(self) -> list[str]:
         """Every subject's name (and a check that the registry answers)."""
-        return list(
-            self._get("/subjects", missing="has no /subjects: is it the API root?")
-        )
+        subjects = self._get_or_none("/subjects")
+        if subjects is None:
+            raise StreamingConfigError(_NOT_THE_ROOT.format(url=self.url))
+        return list(subjects)
 
     def _get_or_none(self, path: str) -> Any:
         try:
