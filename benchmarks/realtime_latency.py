@@ -12,8 +12,11 @@ own load generator (``ProducerPerformance``) sends TLC-shaped trips at
 topics as they come. For each output message, the latency is the time it was
 read minus its input message's Kafka timestamp (``kafka_timestamp``, set by
 the producer); Spark's own share is the output message's Kafka timestamp
-(set by Spark's producer) minus the same. The first ``--warmup`` seconds are
-reported apart.
+(set by Spark's producer) minus the same. Each run's figures are reported
+by phase (``latency.py``): the first 10 s and the first minute after the run
+says its query started, each checkpoint's neighbourhood, and the steady
+state; then Spark's pause at each checkpoint, from its event log. The
+latencies of every message are kept in ``<workdir>/realtime-*.latencies.csv``.
 
 With ``--formats json,avro``, each mode runs once per format: Avro in and
 out (the trips framed for the local Apicurio Registry, the project's
@@ -45,7 +48,14 @@ sys.path.insert(0, str(HERE))
 
 from avro_ingest import avro_frames, start_registry
 from batch import bench_project
-from kafka_rate import perf_classpath, quantile
+from kafka_rate import perf_classpath
+from latency import (
+    checkpoint_pauses,
+    pause_line,
+    phase_lines,
+    quantile,
+    read_event_log,
+)
 from trips import trips
 
 PARTITIONS = 2  # at most Spark's cores (local[2]): Real-Time Mode holds one each
@@ -74,10 +84,12 @@ def main() -> None:
         help="comma-separated, from: json, avro (avro: the Python producer for all)",
     )
     parser.add_argument(
-        "--warmup", type=int, default=10, help="first seconds, reported apart"
+        "--checkpoint-interval", help="realtime_checkpoint_interval (default: shipped)"
     )
     parser.add_argument(
-        "--checkpoint-interval", help="realtime_checkpoint_interval (default: shipped)"
+        "--warm-up-runs",
+        default="",
+        help="comma-separated warm_up_runs to compare, a run each (default: shipped)",
     )
     parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
@@ -112,10 +124,23 @@ def main() -> None:
         for number in range(1, args.rounds + 1):
             for mode in args.modes.split(","):
                 for fmt in formats:
-                    result = measure(
-                        args, project, python, classpath, payloads, mode=mode, fmt=fmt
-                    )
-                    print(f"round {number}, {mode}, {fmt}: {result}", flush=True)
+                    for warm_up in args.warm_up_runs.split(","):
+                        args.warm_up = warm_up
+                        result = measure(
+                            args,
+                            project,
+                            python,
+                            classpath,
+                            payloads,
+                            mode=mode,
+                            fmt=fmt,
+                        )
+                        print(
+                            f"round {number}, {mode}, {fmt}"
+                            + (f", warm_up_runs={warm_up}" if warm_up else "")
+                            + f": {result}",
+                            flush=True,
+                        )
     finally:
         if "avro" in formats:
             subprocess.run([*devtools, "registry", "stop"], cwd=project, check=False)
@@ -136,9 +161,15 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
     admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics.values()])
     admin.close()
     registry_url = getattr(args, "registry_url", None) if fmt == "avro" else None
-    env = write_environment(
-        project, topics, suffix, mode, args.spark_conf, registry_url
-    )
+    # Spark's event log, for the pauses at each checkpoint.
+    events = args.workdir / f"events-{suffix}"
+    events.mkdir()
+    spark_conf = [
+        "spark.eventLog.enabled=true",
+        f"spark.eventLog.dir={events}",
+        *args.spark_conf,
+    ]
+    env = write_environment(project, topics, suffix, mode, spark_conf, registry_url)
     if args.producer == "python":
         payloads = framed_payloads(
             python, project, payloads, topics["trips"], registry_url
@@ -181,22 +212,33 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
 
-    params = ["--params", f"realtime_checkpoint_interval={args.checkpoint_interval}"]
+    params = [
+        f"{name}={value}"
+        for name, value in (
+            ("realtime_checkpoint_interval", args.checkpoint_interval),
+            ("warm_up_runs", args.warm_up),
+        )
+        if value
+    ]
     log_path = args.workdir / f"realtime-{suffix}.log"
     with log_path.open("w") as log:
         run = subprocess.Popen(
             [python.parent / "kedro", "run", "--env", env, "--pipelines", "realtime"]
-            + (params if args.checkpoint_interval else []),
+            + (["--params", ",".join(params)] if params else []),
             cwd=project,
             env={**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+    launched = time.monotonic()
     try:
         while "Started streaming query" not in log_path.read_text():
             if run.poll() is not None:
                 sys.exit(log_path.read_text()[-3000:])
-            time.sleep(0.5)
+            time.sleep(0.05)
+        # What a restart costs before the query reads: records sent meanwhile
+        # wait, and are not counted below.
+        started_after = time.monotonic() - launched
         count = args.rate * args.seconds
         if args.producer == "python":
             produce_paced(topics["trips"], payloads, count, args.rate)
@@ -226,7 +268,13 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
         (read_at, produced, sent_at / 1000)
         for (read_at, _, sent_at), produced in zip(raw, produced_at, strict=True)
     ]
-    return report(received, count, args.warmup, batches)
+    with (args.workdir / f"realtime-{suffix}.latencies.csv").open("w") as out:
+        out.write("produced_at,read_at,spark_sent_at\n")
+        out.writelines(f"{p:.3f},{r:.3f},{s:.3f}\n" for r, p, s in received)
+    events = read_event_log(args.workdir / f"events-{suffix}")
+    return f"query started {started_after:.1f} s after `kedro run`; " + report(
+        received, count, batches, events
+    )
 
 
 def write_environment(  # noqa: PLR0917
@@ -375,45 +423,44 @@ def epoch(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-def report(received: list, sent: int, warmup: float, batches: list[dict]) -> str:
+def report(received: list, sent: int, batches: list[dict], events: list[dict]) -> str:
+    """The run's figures, phase by phase (``latency.phase_lines``): as the
+    consumer read them, and Spark's share; then Spark's pause at each
+    checkpoint, from its event log."""
     if not received:
         return f"{sent:,} messages in, none out"
-    first = min(produced for _, produced, _ in received)
-    parts = [f"{sent:,} messages in, {len(received):,} out"]
-    for name, rows in (
-        ("whole run", received),
-        (f"first {warmup} s", [r for r in received if r[1] < first + warmup]),
-        (f"after {warmup} s", [r for r in received if r[1] >= first + warmup]),
-    ):
-        read = sorted(1000 * (read_at - produced) for read_at, produced, _ in rows)
-        spark = sorted(1000 * (sent_at - produced) for _, produced, sent_at in rows)
-        parts.append(
-            f"{name}: "
-            + ", ".join(f"p{q} {quantile(read, q / 100):.0f}" for q in (50, 95, 99))
-            + f", max {read[-1]:.0f} ms (Spark's share: p50 "
-            + f"{quantile(spark, 0.5):.0f}, p99 {quantile(spark, 0.99):.0f} ms)"
-        )
     ended = [b for b in batches if b["query"] == "trip_messages"]
-    parts.append(f"{len(ended)} batches ended (checkpoints) during the run")
-    if 0 < len(ended) <= 10:  # Real-Time Mode: where the tail falls
-        ends = [epoch(b["time"]) + b["duration_ms"] / 1000 for b in ended]
-        steady = [r for r in received if r[1] >= first + warmup]
-        at_end = [any(abs(r[1] - end) <= 1 for end in ends) for r in steady]
-        near = [r for r, flag in zip(steady, at_end) if flag]
-        between = [r for r, flag in zip(steady, at_end) if not flag]
-        for name, rows in (("within 1 s of a batch end", near), ("between", between)):
-            if not rows:
-                continue
-            read = sorted(1000 * (read_at - produced) for read_at, produced, _ in rows)
-            spark = sorted(1000 * (sent_at - produced) for _, produced, sent_at in rows)
-            parts.append(
-                f"after {warmup} s, {name} ({len(rows):,}): read "
-                + ", ".join(f"p{q} {quantile(read, q / 100):.0f}" for q in (50, 99))
-                + f", max {read[-1]:.0f} ms; Spark's share "
-                + ", ".join(f"p{q} {quantile(spark, q / 100):.0f}" for q in (50, 99))
-                + f", max {spark[-1]:.0f} ms"
-            )
-    return "; ".join(parts)
+    # Real-Time Mode's batch ends are its checkpoints; micro-batches end
+    # every moment, and have none to report apart.
+    real_time = 0 < len(ended) <= 50
+    ends = (
+        [epoch(b["time"]) + b["duration_ms"] / 1000 for b in ended] if real_time else []
+    )
+    read = [
+        (produced, 1000 * (read_at - produced)) for read_at, produced, _ in received
+    ]
+    spark = [
+        (produced, 1000 * (sent_at - produced)) for _, produced, sent_at in received
+    ]
+    parts = [f"{sent:,} messages in, {len(received):,} out"]
+    parts += [f"read: {line}" for line in phase_lines(read, ends)]
+    parts += [f"Spark's share: {line}" for line in phase_lines(spark, ends)[:3]]
+    first = min(produced for produced, _ in read)
+    seconds: dict[int, list[float]] = {}
+    for produced, ms in read:
+        if produced < first + 20:
+            seconds.setdefault(int(produced - first), []).append(ms)
+    parts.append(
+        "first 20 s, p50 by second produced: "
+        + " ".join(
+            f"{quantile(sorted(v), 0.5):.0f}" for _, v in sorted(seconds.items())
+        )
+    )
+    parts += [
+        f"checkpoint {number}: {pause_line(pause)}"
+        for number, pause in enumerate(checkpoint_pauses(events, "trip_messages"), 1)
+    ]
+    return "\n  ".join(parts)
 
 
 if __name__ == "__main__":

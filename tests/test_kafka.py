@@ -42,7 +42,7 @@ def produce(bin_dir: Path, project: Path, *args: str) -> str:
     ).stdout
 
 
-def test_kafka_continuous_run_two_waves_sigterm_and_restart(
+def test_kafka_continuous_run_two_waves_sigterm_and_restart(  # noqa: PLR0915 (one scenario)
     fresh_project, project_bin, broker_log_on_failure
 ):
     servers = broker_log_on_failure.bootstrap_servers
@@ -81,11 +81,23 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
 
     def run_continuously(until, log_name: str) -> None:
         log_path = fresh_project / log_name
-        process = start_continuous_kafka_run(project_bin, fresh_project, log_path)
+        process = start_continuous_kafka_run(
+            project_bin, fresh_project, log_path, warm_up=True
+        )
         try:
             until(process, log_path)
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=120) == 0, log_path.read_text()[-5000:]
+            # Each query warmed up before it read anything; the waves' figures
+            # are its run's.
+            assert all(
+                f"Warmed '{sink}' up in" in log_path.read_text()
+                for sink in (
+                    "bronze_trips",
+                    "hourly_borough_summary",
+                    "quarantined_trips",
+                )
+            )
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
