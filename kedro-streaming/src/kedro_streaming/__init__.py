@@ -35,7 +35,7 @@ from typing import Any
 
 from .console import quiet_resolver_deprecation
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 quiet_resolver_deprecation()
 
