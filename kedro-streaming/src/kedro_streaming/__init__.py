@@ -22,6 +22,8 @@ datasets, and its nodes may call ``check_expectations``:
 - ``check_expectations``: data-quality rules declared in configuration
   (warn, quarantine or fail), checked on every record and counted per rule
   in every micro-batch.
+- ``Lookup``: a small static table (zones, currencies) as expressions, its
+  rows found by key without a join, so no broadcast job per micro-batch.
 - ``testing.StreamTest``: a node or pipeline run on chosen micro-batches
   (the ``stream_test`` pytest fixture of this distribution).
 - ``kedro streams ...``: status, validate, reset, optimize, vacuum, and the
@@ -46,6 +48,7 @@ _EXPORTS = {
     "SparkStreamingDataset": "dataset",
     "StreamingConfigError": "errors",
     "StreamingQueryFailed": "errors",
+    "Lookup": "lookup",
     "check_expectations": "expectations",
     "parse_records": "records",
     "record_origin": "records",
@@ -55,6 +58,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Lookup",
     "SparkDataset",
     "SparkHooks",
     "SparkStreamingDataset",

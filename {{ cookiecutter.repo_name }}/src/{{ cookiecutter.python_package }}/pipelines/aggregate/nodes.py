@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kedro_streaming import Lookup
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -46,7 +47,7 @@ def summarise_hourly_by_borough(
             ``PULocationID``, ``passenger_count``, ``trip_distance``,
             ``fare_amount``, ``total_amount``).
         taxi_zones: Zone lookup (``LocationID``, ``Borough``); small, so it is
-            broadcast to every micro-batch.
+            read once and looked up by key (``kedro_streaming.Lookup``).
         summary: ``window_duration`` and ``watermark_delay``, e.g. "1 hour" and
             "10 minutes".
 
@@ -56,23 +57,19 @@ def summarise_hourly_by_borough(
         ``total_distance``, ``avg_distance``, ``total_fare``, ``avg_fare``,
         ``total_amount``, ``avg_amount``.
     """
-    # Read again for every micro-batch: in one partition, it is deduplicated
-    # without a shuffle stage.
-    boroughs = F.broadcast(
-        taxi_zones.coalesce(1)
-        .dropDuplicates(["LocationID"])
-        .select(
-            F.col("LocationID").alias("PULocationID"),
-            F.col("Borough").alias("pickup_borough"),
-        )
-    )
+    # Small and static: looked up by key, read once, no join per micro-batch.
+    zones = Lookup(taxi_zones.select("LocationID", "Borough"), key="LocationID")
     window = F.window("lpep_dropoff_datetime", summary["window_duration"])
     return (
         valid_trips.withWatermark("lpep_dropoff_datetime", summary["watermark_delay"])
-        # A left join, so that a zone missing from the lookup is reported as
-        # "Unknown" rather than silently leaving the summary.
-        .join(boroughs, "PULocationID", "left")
-        .groupBy(window, F.coalesce("pickup_borough", F.lit("Unknown")).alias("b"))
+        # A zone missing from the lookup is reported as "Unknown" rather than
+        # silently leaving the summary.
+        .groupBy(
+            window,
+            F.coalesce(
+                zones.value("Borough", F.col("PULocationID")), F.lit("Unknown")
+            ).alias("b"),
+        )
         .agg(
             F.count(F.lit(1)).alias("trip_count"),
             F.avg("passenger_count").alias("avg_passengers"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kedro_streaming import check_expectations
+from kedro_streaming import Lookup, check_expectations
 from kedro_streaming.records import PROVENANCE_COLUMNS, parse_records, record_origin
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -91,36 +91,15 @@ def check_trips(
         Each micro-batch reports the count of every rule (the observed metric
         ``expectations``).
     """
-    # The lookup is read again for every micro-batch; in one partition, it is
-    # deduplicated without a shuffle stage.
-    known_ids = F.broadcast(
-        taxi_zones.select("LocationID").coalesce(1).dropDuplicates()
-    )
-    with_zones = parsed_trips.join(
-        known_ids.select(
-            F.col("LocationID").alias("PULocationID"), F.lit(True).alias("_pu_known")
-        ),
-        "PULocationID",
-        "left",
-    ).join(
-        known_ids.select(
-            F.col("LocationID").alias("DOLocationID"), F.lit(True).alias("_do_known")
-        ),
-        "DOLocationID",
-        "left",
-    )
-    with_zones = with_zones.select(
+    # Small and static: looked up by key, read once, no join per micro-batch.
+    zones = Lookup(taxi_zones.select("LocationID"), key="LocationID")
+    with_zones = parsed_trips.select(
         *TRIP_COLUMNS,
         "raw_payload",
         "problems",
         *SOURCE_COLUMNS,
-        *[
-            F.when(F.col(id_column).isNotNull(), F.col(found).isNotNull()).alias(name)
-            for id_column, found, name in (
-                ("PULocationID", "_pu_known", "pickup_zone_known"),
-                ("DOLocationID", "_do_known", "dropoff_zone_known"),
-            )
-        ],
+        zones.has(F.col("PULocationID")).alias("pickup_zone_known"),
+        zones.has(F.col("DOLocationID")).alias("dropoff_zone_known"),
     )
     checked = check_expectations(
         with_zones,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kedro_streaming import Lookup
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -38,19 +39,12 @@ def trip_messages(
         ``key`` (the pickup location ID), ``topic``, and ``value``: a record
         per topic, named after it, the row's own set (the sink encodes it).
     """
-    zones = F.broadcast(taxi_zones.select("LocationID", "Borough", "Zone"))
-    with_zones = checked_trips
-    for end, id_column in (("pickup", "PULocationID"), ("dropoff", "DOLocationID")):
-        with_zones = with_zones.join(
-            zones.select(
-                F.col("LocationID").alias(id_column),
-                F.col("Borough").alias(f"{end}_borough"),
-                F.col("Zone").alias(f"{end}_zone"),
-            ),
-            id_column,
-            "left",
-        )
-    zone_columns = ["pickup_borough", "pickup_zone", "dropoff_borough", "dropoff_zone"]
+    zones = Lookup(taxi_zones.select("LocationID", "Borough", "Zone"), "LocationID")
+    zone_columns = [
+        zones.value(column, F.col(id_column)).alias(f"{end}_{column.lower()}")
+        for end, id_column in (("pickup", "PULocationID"), ("dropoff", "DOLocationID"))
+        for column in ("Borough", "Zone")
+    ]
     rejected = F.col("rejection_reason").isNotNull()
     payload = F.col("raw_payload")
     rejected_record = F.struct(
@@ -63,7 +57,7 @@ def trip_messages(
         *[c for c in SOURCE_COLUMNS if c != "source_file"],
     )
     valid_record = F.struct(*checked_trips.columns, *zone_columns)
-    return with_zones.select(
+    return checked_trips.select(
         F.col("PULocationID").cast("string").alias("key"),
         # One record per topic: the sink encodes each row's own (JSON, or
         # Avro with the catalog's `avro` option).

@@ -1,0 +1,124 @@
+"""A small static table as expressions: rows found by key, without a join.
+
+A stream joined with a static table reads and broadcasts that table again
+in every micro-batch: a Spark job each time, and a bigger plan to optimise,
+and in Real-Time Mode both at every checkpoint while records wait. A table
+of a few hundred rows (zones, currencies, device types) needs neither:
+``Lookup`` reads it once, when the node runs, and puts its rows in the plan
+as a literal map, so that each record finds its row by key, in the same
+way on a batch and on a stream.
+
+    zones = Lookup(taxi_zones, key="LocationID")
+    trips.select(
+        "*",
+        zones.has(F.col("PULocationID")).alias("pickup_zone_known"),
+        zones.value("Borough", F.col("PULocationID")).alias("pickup_borough"),
+    )
+
+The table is read when the query is built, not per batch: a change to it
+takes effect at the next start. For tables past ``MAX_ROWS``, join.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DateType,
+    NumericType,
+    StringType,
+)
+
+from .errors import StreamingConfigError
+
+MAX_ROWS = 10_000
+
+
+class Lookup:
+    """The rows of ``table`` by their ``key`` column, as Spark expressions.
+
+    Args:
+        table: A batch DataFrame of at most ``MAX_ROWS`` rows; read once.
+        key: The column that names a row; rows without one are left out,
+            and two different rows under one key are refused.
+    """
+
+    def __init__(self, table: DataFrame, key: str) -> None:
+        rows = table.limit(MAX_ROWS + 1).collect()
+        if len(rows) > MAX_ROWS:
+            raise StreamingConfigError(
+                f"Lookup by '{key}': the table has more than {MAX_ROWS:,} rows; "
+                "join it instead (broadcast, if it fits in memory)."
+            )
+        self.key = key
+        self._types = {f.name: f.dataType for f in table.schema.fields}
+        self._rows: dict = {}
+        for row in rows:
+            found = row[key]
+            if found is None:
+                continue
+            if self._rows.setdefault(found, row) != row:
+                raise StreamingConfigError(
+                    f"Lookup by '{key}': two different rows have {key} {found!r}: "
+                    f"{self._rows[found].asDict()} and {row.asDict()}; a lookup "
+                    "finds one row per key."
+                )
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def has(self, key: Column) -> Column:
+        """Whether the table has a row for ``key`` (null for a null key)."""
+        known = self._map({found: True for found in self._rows}, BooleanType())
+        return F.when(key.isNotNull(), F.coalesce(known[key], F.lit(False)))
+
+    def value(self, column: str, key: Column) -> Column:
+        """``column`` of the row for ``key``; null when there is none."""
+        if column not in self._types:
+            raise StreamingConfigError(
+                f"Lookup by '{self.key}' has no column '{column}'; "
+                f"its columns: {', '.join(self._types)}."
+            )
+        values = {found: row[column] for found, row in self._rows.items()}
+        return self._map(values, self._types[column])[key]
+
+    def _map(self, values: dict, kind: DataType) -> Column:
+        """A literal map of ``values``, written as one SQL expression: one call
+        to Spark however many rows (a Column per value would take seconds)."""
+        key_kind = self._types[self.key]
+        if not values:
+            return F.expr("map()").cast(f"map<{_sql_type(key_kind)},{_sql_type(kind)}>")
+        pairs = ", ".join(
+            f"{_sql_literal(found, key_kind)}, {_sql_literal(value, kind)}"
+            for found, value in values.items()
+        )
+        return F.expr(f"map({pairs})")
+
+
+def _sql_type(kind: DataType) -> str:
+    if not isinstance(kind, _LITERAL_TYPES):
+        raise StreamingConfigError(
+            f"Lookup holds strings, numbers, booleans and dates, not "
+            f"{kind.simpleString()}; join the table for such a column."
+        )
+    return kind.simpleString()
+
+
+def _sql_literal(value: object, kind: DataType) -> str:
+    """``value`` as a SQL literal of type ``kind``. Text goes in as hex bytes,
+    so that no quote or backslash in it can end the literal."""
+    type_name = _sql_type(kind)
+    if value is None:
+        return f"CAST(NULL AS {type_name})"
+    text = value.isoformat() if isinstance(kind, DateType) else str(value)
+    as_string = f"CAST(X'{text.encode().hex()}' AS STRING)"
+    return (
+        as_string
+        if isinstance(kind, StringType)
+        else f"CAST({as_string} AS {type_name})"
+    )
+
+
+_LITERAL_TYPES = (StringType, NumericType, BooleanType, DateType)

@@ -1,0 +1,89 @@
+import datetime
+
+import pytest
+from kedro_streaming import Lookup, StreamingConfigError
+from kedro_streaming import lookup as lookup_module
+from pyspark.sql import functions as F
+
+ZONES = [
+    (1, "EWR", "Newark Airport", 1.5, datetime.date(2024, 1, 31)),
+    (2, "Queens", "Jamaica Bay", None, None),
+    (7, "Manhattan", "it's \\ a 'quoted' \"zone\" ü ✓", -0.25, None),
+    (None, "Unknown", "NV", None, None),
+]
+SCHEMA = "LocationID INT, Borough STRING, Zone STRING, rate DOUBLE, since DATE"
+
+
+def test_each_key_finds_its_row_as_a_left_join_would(spark):
+    zones = spark.createDataFrame(ZONES, SCHEMA)
+    trips = spark.createDataFrame([(1,), (7,), (2,), (99,), (None,)], "id INT")
+    lookup = Lookup(zones, key="LocationID")
+
+    found = trips.select(
+        "id",
+        lookup.has(F.col("id")).alias("known"),
+        *[
+            lookup.value(c, F.col("id")).alias(c)
+            for c in ("Borough", "Zone", "rate", "since")
+        ],
+    )
+
+    assert len(lookup) == 3  # the row without a key is left out
+    assert found.schema["since"].dataType.simpleString() == "date"
+    assert sorted(found.collect(), key=lambda r: (r.id is None, r.id)) == [
+        (1, True, "EWR", "Newark Airport", 1.5, datetime.date(2024, 1, 31)),
+        (2, True, "Queens", "Jamaica Bay", None, None),
+        (7, True, "Manhattan", "it's \\ a 'quoted' \"zone\" ü ✓", -0.25, None),
+        (99, False, None, None, None, None),
+        (None, None, None, None, None, None),
+    ]
+    joined = trips.join(
+        zones.withColumnRenamed("LocationID", "id"), "id", "left"
+    ).select("id", "Borough", "Zone", "rate", "since")
+    assert sorted(found.drop("known").collect(), key=str) == sorted(
+        joined.collect(), key=str
+    )
+    # No join, no broadcast: the rows are literals in the plan.
+    plan = found._jdf.queryExecution().executedPlan().toString()
+    assert "Join" not in plan
+    assert "Broadcast" not in plan
+
+
+def test_the_same_on_a_stream(stream_test, spark):
+    def boroughs(trips, zones):
+        lookup = Lookup(zones, key="LocationID")
+        return trips.select("id", lookup.value("Borough", F.col("id")).alias("b"))
+
+    test = stream_test(
+        boroughs,
+        streams={"trips": "id INT"},
+        static={"zones": spark.createDataFrame(ZONES, SCHEMA)},
+    )
+    step = test.step(trips=[{"id": 1}, {"id": 99}, {"id": None}])
+    assert [tuple(row) for row in step.rows] == [(None, None), (1, "EWR"), (99, None)]
+
+
+def test_what_a_lookup_cannot_hold_is_refused(spark, monkeypatch):
+    twice = spark.createDataFrame([(1, "a"), (1, "b")], "k INT, v STRING")
+    with pytest.raises(StreamingConfigError) as error:
+        Lookup(twice, key="k")
+    assert str(error.value) == (
+        "Lookup by 'k': two different rows have k 1: {'k': 1, 'v': 'a'} and "
+        "{'k': 1, 'v': 'b'}; a lookup finds one row per key."
+    )
+    assert len(Lookup(twice.limit(1).union(twice.limit(1)), key="k")) == 1
+
+    monkeypatch.setattr(lookup_module, "MAX_ROWS", 1)
+    with pytest.raises(StreamingConfigError, match="more than 1 rows; join it instead"):
+        Lookup(twice, key="k")
+    monkeypatch.undo()
+
+    stamped = spark.createDataFrame(
+        [(1, datetime.datetime(2024, 1, 1))], "k INT, at TIMESTAMP"
+    )
+    with pytest.raises(StreamingConfigError, match="not timestamp; join the table"):
+        Lookup(stamped, key="k").value("at", F.col("k"))
+    with pytest.raises(
+        StreamingConfigError, match="no column 'when'; its columns: k, at"
+    ):
+        Lookup(stamped, key="k").value("when", F.col("k"))
