@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 from kedro_streaming.devtools.certificates import CertificateAuthority
 from kedro_streaming.errors import StreamingConfigError
-from kedro_streaming.metrics import StreamMetrics
+from kedro_streaming.metrics import StreamMetrics, kafka_lag
 
 
 def test_metrics_over_tls_only_to_clients_with_a_certificate(tmp_path):
@@ -56,3 +56,17 @@ def test_metrics_over_tls_only_to_clients_with_a_certificate(tmp_path):
 
     with pytest.raises(StreamingConfigError, match="needs both metrics_tls_certfile"):
         StreamMetrics().serve("127.0.0.1", 0, tls={"certfile": str(ca_file)})
+
+
+def test_kafka_lag_is_known_only_when_the_latest_offsets_were_read_after_the_batch():
+    micro_batch = {
+        "description": "KafkaV2[Subscribe[trips]]",
+        "endOffset": {"trips": {"0": 120, "1": 80}},
+        "latestOffset": {"trips": {"0": 150, "1": 80}},
+    }
+    assert kafka_lag(micro_batch) == {"trips": {"0": 30, "1": 0}}
+    # Real-Time Mode: the latest offsets are the batch's start; its tasks
+    # read past them, and the difference is not a lag.
+    real_time = {**micro_batch, "latestOffset": {"trips": {"0": 100, "1": 80}}}
+    assert kafka_lag(real_time) is None
+    assert kafka_lag({**micro_batch, "description": "FileStreamSource[x]"}) is None

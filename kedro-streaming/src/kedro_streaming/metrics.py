@@ -304,19 +304,24 @@ def trigger_interval_seconds(trigger: dict[str, Any]) -> float | None:
 
 def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:
     """Per topic and partition, a Kafka source's latest offsets minus the
-    batch's end offsets; ``None`` for other sources."""
+    batch's end offsets; ``None`` for other sources, and where the latest
+    offsets were read before the batch ended (Real-Time Mode reads them when
+    a batch starts, and its tasks read on past them): no lag is known then."""
     end, latest = source.get("endOffset"), source.get("latestOffset")
     if not str(source.get("description", "")).startswith("Kafka"):
         return None
     if not isinstance(end, dict) or not isinstance(latest, dict):
         return None
-    return {
+    lag = {
         topic: {
             partition: int(offset) - int(end.get(topic, {}).get(partition, offset))
             for partition, offset in partitions.items()
         }
         for topic, partitions in latest.items()
     }
+    if any(behind < 0 for partitions in lag.values() for behind in partitions.values()):
+        return None
+    return lag
 
 
 def unix_time(iso: str) -> float:
