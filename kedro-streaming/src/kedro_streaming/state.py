@@ -182,6 +182,9 @@ def batch_record(
         "expectations": expectations or {},
         "watermark": report.get("eventTime", {}).get("watermark"),
         "duration_ms": report.get("batchDuration", 0),
+        # Spark's own split of the batch's time: getting offsets, writing the
+        # offsets and commit logs, planning, running (addBatch).
+        "spark_durations_ms": report.get("durationMs", {}),
         # Rows held in state after the batch: only for a query that keeps state.
         "state_rows": (
             sum(state.get("numRowsTotal", 0) for state in report["stateOperators"])
