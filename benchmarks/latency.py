@@ -3,16 +3,18 @@
 A user feels a stream's latency in three places: the first seconds after a
 start, the neighbourhood of each checkpoint (a Real-Time Mode batch's end),
 and the steady state between them. ``phase_lines`` reports each apart, from
-(produced at, latency) pairs; ``checkpoint_pauses`` reads a run's Spark event
-log for the time between one Real-Time Mode batch's last task and the next
-one's first, with what the query's progress says it spent on.
+(produced at, latency) pairs; ``checkpoint_pauses`` reads the jobs of a run
+(the Spark UI's REST API) for the time between one Real-Time Mode batch's
+long-running job and the next one's, with what the query's progress says it
+spent on.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
+import re
+from datetime import datetime, timezone
+from urllib.request import urlopen
 
 QUANTILES = (50, 95, 99)
 # Messages produced this long before a batch's end, or after it, are in the
@@ -71,102 +73,71 @@ def phase_lines(
     return lines
 
 
-def read_event_log(directory: Path) -> list[dict]:
-    """Every event of the one application whose log is in ``directory``."""
-    (log,) = [p for p in directory.iterdir() if p.is_dir() or p.suffix == ".zstd"]
-    files = sorted(log.glob("events_*")) if log.is_dir() else [log]
-    events = []
-    for path in files:
-        text = (
-            subprocess.run(
-                ["zstd", "-dc", path], check=True, capture_output=True
-            ).stdout.decode()
-            if path.suffix == ".zstd" or ".zstd" in path.name
-            else path.read_text()
-        )
-        events += [json.loads(line) for line in text.splitlines() if line]
-    return events
+def spark_jobs(ui_url: str) -> list[dict]:
+    """Every job of the one application behind the Spark UI at ``ui_url``,
+    from its REST API (no event log: writing one slows a start down)."""
+    with urlopen(f"{ui_url}/api/v1/applications", timeout=10) as answer:
+        (application,) = json.load(answer)
+    with urlopen(
+        f"{ui_url}/api/v1/applications/{application['id']}/jobs", timeout=30
+    ) as answer:
+        return json.load(answer)
 
 
-def checkpoint_pauses(events: list[dict], query: str) -> list[dict]:
+def checkpoint_pauses(jobs: list[dict], batches: list[dict], query: str) -> list[dict]:
     """Real-Time Mode's pause at each batch end of ``query``: from the end of
-    one batch's long-running job to the start of the next one's, split into
-    the time before the next batch's planned execution starts (commit of the
-    finished batch, offsets, write-ahead log, planning: the next progress's
-    ``durationMs`` says which), its short jobs (broadcasts) and the time left
-    to submit the long job. Each as epoch seconds and ms."""
-    executions: dict[int, str] = {}
-    starts: dict[int, dict] = {}
-    jobs = []  # (execution, start, end)
-    progress = []
-    for event in events:
-        kind = event["Event"]
-        if kind.endswith("SQLExecutionStart"):
-            executions[event["executionId"]] = event.get("description", "")
-            starts[event["executionId"]] = event
-        elif kind == "SparkListenerJobStart":
-            execution = int(event["Properties"].get("spark.sql.execution.id", -1))
-            jobs.append(
-                [execution, event["Submission Time"] / 1000, None, event["Job ID"]]
-            )
-        elif kind == "SparkListenerJobEnd":
-            for job in jobs:
-                if job[3] == event["Job ID"]:
-                    job[2] = event["Completion Time"] / 1000
-        elif (
-            kind.endswith("QueryProgressEvent")
-            and event["progress"].get("name") == query
+    one batch's long-running job to the start of the next one's (the UI's
+    jobs), with the part of it Spark's progress names (``batches``: the
+    query's progress log records): the finished batch's commit, the next
+    one's offsets, write-ahead log and planning. The rest is the next batch's
+    short jobs, code generation and task launch."""
+    long_jobs: dict[int, dict] = {}
+    for job in jobs:
+        description = job.get("description") or ""
+        found = re.search(r"batch = (\d+)", description)
+        if (
+            not description.startswith(query)
+            or not found
+            or "completionTime" not in job
         ):
-            progress.append(event["progress"])
-    ours = [j for j in jobs if executions.get(j[0], "").startswith(query) and j[2]]
-    # Each batch's long job is its last; the ones before it are broadcasts.
-    by_execution: dict[int, list] = {}
-    for job in ours:
-        by_execution.setdefault(job[0], []).append(job)
-    batches = sorted(
-        (sorted(found, key=lambda j: j[1]) for found in by_execution.values()),
-        key=lambda found: found[-1][1],
-    )
-    # Two executions per batch (the write and its inner plan) share the jobs'
-    # execution id only once: keep batches whose last job is a long one.
-    batches = [b for b in batches if b[-1][2] - b[-1][1] > 1]
+            continue
+        batch = int(found.group(1))
+        if batch not in long_jobs or job["jobId"] > long_jobs[batch]["jobId"]:
+            long_jobs[batch] = job  # each batch's last job is its long one
+    spent = {b["batch"]: b.get("spark_durations_ms", {}) for b in batches}
     pauses = []
-    for number, (done, following) in enumerate(zip(batches, batches[1:]), 1):
-        ended, started = done[-1][2], following[-1][1]
-        short = following[:-1]
-        planned = min(j[1] for j in following)
-        # The finished batch's commit is in its own progress; the next
-        # batch's offsets, log and planning in the next one.
-        spent = (
-            {
-                "commitOffsets": progress[number - 1]["durationMs"].get(
-                    "commitOffsets"
-                ),
-                **{
-                    k: progress[number]["durationMs"].get(k)
-                    for k in ("latestOffset", "walCommit", "queryPlanning")
-                },
-            }
-            if number < len(progress)
-            else {}
-        )
+    for batch in sorted(long_jobs)[1:]:
+        if batch - 1 not in long_jobs:
+            continue
+        ended = _ui_time(long_jobs[batch - 1]["completionTime"])
+        started = _ui_time(long_jobs[batch]["submissionTime"])
+        named = {
+            "commitOffsets": spent.get(batch - 1, {}).get("commitOffsets"),
+            **{
+                k: spent.get(batch, {}).get(k)
+                for k in ("latestOffset", "walCommit", "queryPlanning")
+            },
+        }
         pauses.append(
-            {
-                "ended_at": ended,
-                "pause_ms": 1000 * (started - ended),
-                "until_execution_ms": 1000 * (planned - ended) if short else None,
-                "short_jobs_ms": 1000 * (short[-1][2] - short[0][1]) if short else 0,
-                "submit_ms": 1000 * (started - (short[-1][2] if short else ended)),
-                "progress": spent,
-            }
+            {"ended_at": ended, "pause_ms": 1000 * (started - ended), "named": named}
         )
     return pauses
 
 
-def pause_line(pause: dict) -> str:
-    spent = ", ".join(f"{k} {v}" for k, v in pause["progress"].items() if v is not None)
+def _ui_time(text: str) -> float:
+    """The UI's ``2026-11-27T08:26:35.103GMT`` as epoch seconds."""
     return (
-        f"pause {pause['pause_ms']:,.0f} ms: short jobs (broadcasts) "
-        f"{pause['short_jobs_ms']:,.0f}, then {pause['submit_ms']:,.0f} to submit "
-        f"the batch's job; the progress says {spent} ms"
+        datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fGMT")
+        .replace(tzinfo=timezone.utc)
+        .timestamp()
+    )
+
+
+def pause_line(pause: dict) -> str:
+    named = {k: v for k, v in pause["named"].items() if v is not None}
+    rest = pause["pause_ms"] - sum(named.values())
+    return (
+        f"pause {pause['pause_ms']:,.0f} ms: "
+        + ", ".join(f"{k} {v:,}" for k, v in named.items())
+        + f", the rest (short jobs, code, task launch) {rest:,.0f}"
     )

@@ -15,7 +15,8 @@ the producer); Spark's own share is the output message's Kafka timestamp
 (set by Spark's producer) minus the same. Each run's figures are reported
 by phase (``latency.py``): the first 10 s and the first minute after the run
 says its query started, each checkpoint's neighbourhood, and the steady
-state; then Spark's pause at each checkpoint, from its event log. The
+state; then Spark's pause at each checkpoint, from its jobs (the Spark UI's
+REST API) and its progress. The
 latencies of every message are kept in ``<workdir>/realtime-*.latencies.csv``.
 
 With ``--formats json,avro``, each mode runs once per format: Avro in and
@@ -35,6 +36,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -54,7 +56,7 @@ from latency import (
     pause_line,
     phase_lines,
     quantile,
-    read_event_log,
+    spark_jobs,
 )
 from trips import trips
 
@@ -100,7 +102,7 @@ def main() -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a Spark setting added to the run's spark.yml (repeatable), e.g. "
-        "spark.eventLog.enabled=true to see where each batch's time goes",
+        "spark.sql.codegen.wholeStage=false",
     )
     args = parser.parse_args()
 
@@ -161,15 +163,9 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
     admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics.values()])
     admin.close()
     registry_url = getattr(args, "registry_url", None) if fmt == "avro" else None
-    # Spark's event log, for the pauses at each checkpoint.
-    events = args.workdir / f"events-{suffix}"
-    events.mkdir()
-    spark_conf = [
-        "spark.eventLog.enabled=true",
-        f"spark.eventLog.dir={events}",
-        *args.spark_conf,
-    ]
-    env = write_environment(project, topics, suffix, mode, spark_conf, registry_url)
+    env = write_environment(
+        project, topics, suffix, mode, args.spark_conf, registry_url
+    )
     if args.producer == "python":
         payloads = framed_payloads(
             python, project, payloads, topics["trips"], registry_url
@@ -212,11 +208,14 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
 
+    ui_port = free_port()
     params = [
         f"{name}={value}"
         for name, value in (
             ("realtime_checkpoint_interval", args.checkpoint_interval),
             ("warm_up_runs", args.warm_up),
+            # The UI's jobs give the pause at each checkpoint.
+            ("spark_ui_port", ui_port),
         )
         if value
     ]
@@ -247,6 +246,7 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
         deadline = time.monotonic() + 60
         while len(raw) < count and time.monotonic() < deadline:
             time.sleep(0.5)
+        jobs = spark_jobs(f"http://127.0.0.1:{ui_port}")
     finally:
         stop.set()
         reader.join()
@@ -271,9 +271,8 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
     with (args.workdir / f"realtime-{suffix}.latencies.csv").open("w") as out:
         out.write("produced_at,read_at,spark_sent_at\n")
         out.writelines(f"{p:.3f},{r:.3f},{s:.3f}\n" for r, p, s in received)
-    events = read_event_log(args.workdir / f"events-{suffix}")
     return f"query started {started_after:.1f} s after `kedro run`; " + report(
-        received, count, batches, events
+        received, count, batches, jobs
     )
 
 
@@ -319,6 +318,12 @@ def write_environment(  # noqa: PLR0917
             )
         (env_dir / name).write_text(text)
     return env
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def framed_payloads(
@@ -423,10 +428,10 @@ def epoch(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-def report(received: list, sent: int, batches: list[dict], events: list[dict]) -> str:
+def report(received: list, sent: int, batches: list[dict], jobs: list[dict]) -> str:
     """The run's figures, phase by phase (``latency.phase_lines``): as the
     consumer read them, and Spark's share; then Spark's pause at each
-    checkpoint, from its event log."""
+    checkpoint, from its jobs."""
     if not received:
         return f"{sent:,} messages in, none out"
     ended = [b for b in batches if b["query"] == "trip_messages"]
@@ -458,7 +463,9 @@ def report(received: list, sent: int, batches: list[dict], events: list[dict]) -
     )
     parts += [
         f"checkpoint {number}: {pause_line(pause)}"
-        for number, pause in enumerate(checkpoint_pauses(events, "trip_messages"), 1)
+        for number, pause in enumerate(
+            checkpoint_pauses(jobs, ended, "trip_messages"), 1
+        )
     ]
     return "\n  ".join(parts)
 
