@@ -1257,8 +1257,8 @@ def start_kedro(
     """Starts `kedro <args>` (or ``command`` with them) in ``project``, in a
     process group of its own, its output in ``log``. Without ``warm_up``, a
     `kedro run` has ``warm_up_runs=0``: the warm-up only saves latency, and
-    the tests that keep it (Real-Time Mode, the two Kafka waves) check its
-    runs' results as exactly as the others."""
+    the run that keeps it (Real-Time Mode's restart) is checked as exactly
+    as the others."""
     if not warm_up and args and args[0] == "run":
         args = with_param(list(args), "warm_up_runs=0")
     return subprocess.Popen(

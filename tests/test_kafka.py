@@ -42,7 +42,7 @@ def produce(bin_dir: Path, project: Path, *args: str) -> str:
     ).stdout
 
 
-def test_kafka_continuous_run_two_waves_sigterm_and_restart(  # noqa: PLR0915 (one scenario)
+def test_kafka_continuous_run_two_waves_sigterm_and_restart(
     fresh_project, project_bin, broker_log_on_failure
 ):
     servers = broker_log_on_failure.bootstrap_servers
@@ -81,9 +81,7 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(  # noqa: PLR0915 (o
 
     def run_continuously(until, log_name: str) -> None:
         log_path = fresh_project / log_name
-        process = start_continuous_kafka_run(
-            project_bin, fresh_project, log_path, warm_up=True
-        )
+        process = start_continuous_kafka_run(project_bin, fresh_project, log_path)
         try:
             until(process, log_path)
             process.send_signal(signal.SIGTERM)

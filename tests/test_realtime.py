@@ -55,7 +55,7 @@ def kill_while_sending(
     ``second`` wave arrives. Returns how often each input offset was written,
     and the offset the checkpoint's last batch ended at."""
     log = project / "run-1.log"
-    process = start_kedro(project_bin, project, RUN, log, warm_up=True)
+    process = start_kedro(project_bin, project, RUN, log)
     commits = project / "data/kafka/checkpoints/trip_messages/commits"
     sender = threading.Thread(
         target=lambda: [
