@@ -86,16 +86,6 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
             until(process, log_path)
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=120) == 0, log_path.read_text()[-5000:]
-            # Each query warmed up before it read anything; the waves' figures
-            # are its run's.
-            assert all(
-                f"Warmed '{sink}' up in" in log_path.read_text()
-                for sink in (
-                    "bronze_trips",
-                    "hourly_borough_summary",
-                    "quarantined_trips",
-                )
-            )
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
