@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument(
         "--params",
         default="",
-        help="more `kedro run --params`, e.g. warm_up_runs=0 (default: as shipped)",
+        help='more `kedro run --params`, e.g. "trigger_interval=2 seconds"',
     )
     parser.add_argument(
         "--pipelines",

@@ -107,7 +107,7 @@ def checkpoint_pauses(jobs: list[dict], batches: list[dict], query: str) -> list
     spent = {b["batch"]: b.get("spark_durations_ms", {}) for b in batches}
     pauses = []
     for batch in sorted(long_jobs)[1:]:
-        if batch - 1 not in long_jobs:
+        if batch - 1 not in long_jobs or "completionTime" not in long_jobs[batch - 1]:
             continue
         ended = _ui_time(long_jobs[batch - 1]["completionTime"])
         started = _ui_time(long_jobs[batch]["submissionTime"])

@@ -89,11 +89,6 @@ def main() -> None:
         "--checkpoint-interval", help="realtime_checkpoint_interval (default: shipped)"
     )
     parser.add_argument(
-        "--warm-up-runs",
-        default="",
-        help="comma-separated warm_up_runs to compare, a run each (default: shipped)",
-    )
-    parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
     )
     parser.add_argument(
@@ -126,23 +121,10 @@ def main() -> None:
         for number in range(1, args.rounds + 1):
             for mode in args.modes.split(","):
                 for fmt in formats:
-                    for warm_up in args.warm_up_runs.split(","):
-                        args.warm_up = warm_up
-                        result = measure(
-                            args,
-                            project,
-                            python,
-                            classpath,
-                            payloads,
-                            mode=mode,
-                            fmt=fmt,
-                        )
-                        print(
-                            f"round {number}, {mode}, {fmt}"
-                            + (f", warm_up_runs={warm_up}" if warm_up else "")
-                            + f": {result}",
-                            flush=True,
-                        )
+                    result = measure(
+                        args, project, python, classpath, payloads, mode=mode, fmt=fmt
+                    )
+                    print(f"round {number}, {mode}, {fmt}: {result}", flush=True)
     finally:
         if "avro" in formats:
             subprocess.run([*devtools, "registry", "stop"], cwd=project, check=False)
@@ -213,7 +195,6 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
         f"{name}={value}"
         for name, value in (
             ("realtime_checkpoint_interval", args.checkpoint_interval),
-            ("warm_up_runs", args.warm_up),
             # The UI's jobs give the pause at each checkpoint.
             ("spark_ui_port", ui_port),
         )

@@ -1245,22 +1245,9 @@ def assert_same_trip(message: dict, trip: dict, boroughs: dict[int, str]) -> Non
     assert message["dropoff_borough"] == boroughs.get(trip["DOLocationID"])
 
 
-def start_kedro(
-    bin_dir: Path,
-    project: Path,
-    args: list,
-    log: Path,
-    command=None,
-    *,
-    warm_up: bool = False,
-):
+def start_kedro(bin_dir: Path, project: Path, args: list, log: Path, command=None):
     """Starts `kedro <args>` (or ``command`` with them) in ``project``, in a
-    process group of its own, its output in ``log``. Without ``warm_up``, a
-    `kedro run` has ``warm_up_runs=0``: the warm-up only saves latency, and
-    the run that keeps it (Real-Time Mode's restart) is checked as exactly
-    as the others."""
-    if not warm_up and args and args[0] == "run":
-        args = with_param(list(args), "warm_up_runs=0")
+    process group of its own, its output in ``log``."""
     return subprocess.Popen(
         [*(command or [bin_dir / "kedro"]), *args],
         cwd=project,
@@ -1327,27 +1314,12 @@ class Scraper:
         return series
 
 
-def with_param(args: list, param: str) -> list:
-    """``args`` of `kedro run` with ``param`` added to its ``--params``."""
-    if "--params" not in args:
-        return [*args, "--params", param]
-    at = args.index("--params") + 1
-    return [*args[:at], f"{args[at]},{param}", *args[at + 1 :]]
-
-
 def start_continuous_kafka_run(
-    bin_dir: Path,
-    project: Path,
-    log_path: Path,
-    *args: str,
-    params: str = "",
-    warm_up: bool = False,
+    bin_dir: Path, project: Path, log_path: Path, *args: str, params: str = ""
 ) -> subprocess.Popen:
     """`kedro run --env kafka` at a 1-second trigger (and ``params``), its
     output in ``log_path``, in a process group of its own (so that a test can
-    kill it whole); ``warm_up`` as ``start_kedro`` has it."""
-    if not warm_up:
-        params = ",".join(filter(None, [params, "warm_up_runs=0"]))
+    kill it whole)."""
     with log_path.open("w") as log:
         return subprocess.Popen(
             [

@@ -263,7 +263,7 @@ CASES = [
         "metrics_tls_certfile, metrics_tls_keyfile, metrics_tls_client_cafile, "
         "metrics_serve_after_failure, kafka_connect_timeout, state_dir, "
         "progress_log_max_bytes, spark_ui_port, spark_ui_address, "
-        "spark_ui_kill_enabled, warm_up_runs.",
+        "spark_ui_kill_enabled.",
         False,
     ),
     (

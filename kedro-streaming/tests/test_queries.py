@@ -23,7 +23,6 @@ from kedro_streaming.checks import (
     check_paths_reach_the_cluster,
     check_real_time,
     check_real_time_task_slots,
-    check_settings,
     real_time_plan_problem,
     run_trigger,
 )
@@ -258,18 +257,6 @@ def test_a_metrics_port_taken_or_not_a_port_fails_before_any_query_starts(spark)
             with pytest.raises(StreamingConfigError, match=re.escape(words)):
                 hooks.before_pipeline_run({}, nodes, catalog)
     assert catalog["out"].query is None
-
-
-def test_warm_up_runs_must_be_a_count():
-    check_settings({"warm_up_runs": 0})
-    check_settings({"warm_up_runs": "3"})
-    with pytest.raises(StreamingConfigError) as error:
-        check_settings({"warm_up_runs": "three"})
-    assert str(error.value) == (
-        "streaming.yml: warm_up_runs is 'three'; give how many times to run a "
-        "continuous query's plan before it starts, 0 for none "
-        "(e.g. --params warm_up_runs=0)."
-    )
 
 
 def test_a_stream_without_a_sink_fails_before_any_query_starts():

@@ -70,13 +70,6 @@ def check_settings(settings: dict[str, Any]) -> None:
             + "\n  - ".join(lines)
             + f"\nIts settings: {', '.join(SETTING_NAMES)}."
         )
-    runs = settings.get("warm_up_runs", 0)
-    if not str(runs).isdigit():
-        raise StreamingConfigError(
-            f"streaming.yml: warm_up_runs is {runs!r}; give how many times to run "
-            "a continuous query's plan before it starts, 0 for none "
-            "(e.g. --params warm_up_runs=0)."
-        )
 
 
 def check_spark_settings(spark: SparkSession, conf: dict[str, str]) -> None:

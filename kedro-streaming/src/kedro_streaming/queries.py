@@ -25,7 +25,6 @@ from kedro.io.core import DatasetError
 from kedro.pipeline import Pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.utils import is_remote
 
 from .avro import UNPLANNED_ID
 from .checks import (
@@ -48,7 +47,6 @@ from .metrics import StreamMetrics
 from .progress import ProgressLog, describe_expectations
 from .session import spark_session
 from .state import StreamState, streaming_settings
-from .warmup import stand_ins, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +145,6 @@ class StreamingQueryHooks:
                 self._stop_all()
                 raise StreamingConfigError(f"'{dataset_name}': {problem}.")
         self._report_observations_once(dataset_name, data)
-        self._warm_up(dataset_name, dataset)
         query = dataset.start(
             data, trigger=self._triggers[dataset_name], query_name=dataset_name
         )
@@ -386,41 +383,11 @@ class StreamingQueryHooks:
             except StreamingConfigError as error:
                 raise StreamingConfigError(f"'{name}': {error}") from None
 
-    def _warm_up(self, name: str, dataset: SparkStreamingDataset) -> None:
-        """Runs the query's plan on empty stand-ins for its sources before it
-        starts (``warmup``), unless the run is bounded or ``warm_up_runs``
-        is 0. A warm-up that cannot run is logged and skipped: it only
-        saves time."""
-        runs = int(self._settings.get("warm_up_runs", 0) or 0)
-        if runs <= 0 or "availableNow" in self._triggers[name]:
-            return
-        spark = spark_session()
-        if is_remote():  # Spark Connect: no RDD for an empty stand-in
-            return
-        try:
-            sources = query_sources(self._catalog, self._pipeline, name)
-            twin = dataset.encode_values(self._rebuild(name, stand_ins(sources)))
-            spark.sparkContext.setJobDescription(f"warm-up of '{name}'")
-            try:
-                seconds = warm_up(twin, runs=runs)
-            finally:
-                spark.sparkContext.setJobDescription(None)
-        except Exception as error:  # noqa: BLE001 (a warm-up never fails a run)
-            logger.info("Skipped the warm-up of '%s': %s", name, headline(error))
-            return
-        logger.info(
-            "Warmed '%s' up in %.1f s: its plan run %d times on no rows.",
-            name,
-            seconds,
-            runs,
-        )
-
-    def _rebuild(self, sink: str, inputs: dict[str, Any] | None = None) -> Any:
+    def _rebuild(self, sink: str) -> Any:
         """The sink's DataFrame made again: its query's nodes run on what the
-        catalog loads now (a source's refreshed schemas among it), or on
-        ``inputs`` where given."""
+        catalog loads now (a source's refreshed schemas among it)."""
         names = set(query_nodes(self._catalog, self._pipeline, sink))
-        made: dict[str, Any] = dict(inputs or {})
+        made: dict[str, Any] = {}
         for node in self._pipeline.nodes:  # in the order they run
             if node.name in names:
                 inputs = {

@@ -218,7 +218,6 @@ SETTING_NAMES = (
     "spark_ui_port",
     "spark_ui_address",
     "spark_ui_kill_enabled",
-    "warm_up_runs",
 )
 
 
