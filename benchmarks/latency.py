@@ -39,7 +39,7 @@ def summary(latencies_ms: list[float]) -> str:
 
 
 def phase_lines(
-    rows: list[tuple[float, float]], batch_ends: list[float] = ()
+    rows: list[tuple[float, float]], batch_ends: tuple[float, ...] | list[float] = ()
 ) -> list[str]:
     """One line per phase of (produced at, latency ms) ``rows``: the first
     10 s and the first minute from the first message, each batch end's
@@ -95,11 +95,7 @@ def checkpoint_pauses(jobs: list[dict], batches: list[dict], query: str) -> list
     for job in jobs:
         description = job.get("description") or ""
         found = re.search(r"batch = (\d+)", description)
-        if (
-            not description.startswith(query)
-            or not found
-            or "completionTime" not in job
-        ):
+        if not description.startswith(query) or not found:
             continue
         batch = int(found.group(1))
         if batch not in long_jobs or job["jobId"] > long_jobs[batch]["jobId"]:
@@ -118,9 +114,7 @@ def checkpoint_pauses(jobs: list[dict], batches: list[dict], query: str) -> list
                 for k in ("latestOffset", "walCommit", "queryPlanning")
             },
         }
-        pauses.append(
-            {"ended_at": ended, "pause_ms": 1000 * (started - ended), "named": named}
-        )
+        pauses.append({"pause_ms": 1000 * (started - ended), "named": named})
     return pauses
 
 
