@@ -43,10 +43,13 @@ def test_each_key_finds_its_row_as_a_left_join_would(spark):
     assert sorted(found.drop("known").collect(), key=str) == sorted(
         joined.collect(), key=str
     )
-    # No join, no broadcast: the rows are literals in the plan.
+    # No join, no broadcast: the rows are literals in the plan, their text
+    # read once by the optimizer, not per row.
     plan = found._jdf.queryExecution().executedPlan().toString()
     assert "Join" not in plan
     assert "Broadcast" not in plan
+    assert "from_json" not in plan
+    assert "map(keys: [1,2,7], values: [EWR,Queens,Manhattan])" in plan
 
 
 def test_the_same_on_a_stream(stream_test, spark):
