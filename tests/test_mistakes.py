@@ -254,6 +254,23 @@ CASES = [
         False,
     ),
     (
+        "Spark 4.0's name of a class, on Spark 4.1 or later",
+        {
+            "conf/base/spark.yml": [
+                ("streaming.checkpointing.FileSystemBased", "streaming.FileSystemBased")
+            ]
+        },
+        ["--pipelines", "records"],
+        f"StreamingConfigError: spark.yml names classes that Spark {SPARK_VERSION} "
+        "does not have:\n"
+        "  - spark.sql.streaming.checkpointFileManagerClass: "
+        "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager\n"
+        "Fix: name the class as this Spark line has it (its checkpoint file managers "
+        "are in org.apache.spark.sql.execution.streaming up to 4.0, in its "
+        "checkpointing package from 4.1), or drop the line for Spark's default.",
+        True,
+    ),
+    (
         "a misspelt setting in streaming.yml",
         {"conf/base/streaming.yml": [("\ntrigger_interval:", "\ntrigger_intervall:")]},
         ["--pipelines", "records"],

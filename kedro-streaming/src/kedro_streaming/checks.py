@@ -476,6 +476,34 @@ def check_avro_registries(
     _refuse_avro(problems)
 
 
+# spark.yml settings that name a JVM class: Spark loads it only when a query
+# starts, and a name this Spark lacks fails there, as a stack trace.
+CLASS_SETTINGS = (
+    "spark.sql.streaming.checkpointFileManagerClass",
+    "spark.sql.streaming.stateStore.providerClass",
+)
+
+
+def check_setting_classes(spark: SparkSession, conf: dict[str, str]) -> None:
+    """Fails unless each class ``spark.yml`` names (``CLASS_SETTINGS``)
+    loads in this Spark."""
+    jvm = getattr(spark, "_jvm", None)
+    missing = [
+        f"  - {key}: {conf[key]}"
+        for key in CLASS_SETTINGS
+        if key in conf and jvm is not None and not _class_loads(jvm, conf[key])
+    ]
+    if missing:
+        raise StreamingConfigError(
+            f"spark.yml names classes that Spark {spark.version} does not have:\n"
+            + "\n".join(missing)
+            + "\nFix: name the class as this Spark line has it (its checkpoint file "
+            "managers are in org.apache.spark.sql.execution.streaming up to 4.0, "
+            "in its checkpointing package from 4.1), or drop the line for "
+            "Spark's default."
+        )
+
+
 def check_avro_package(
     spark: SparkSession,
     sources: dict[str, SparkStreamingDataset],

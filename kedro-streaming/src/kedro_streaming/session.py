@@ -185,9 +185,13 @@ def spark_session() -> SparkSession:
     if spark_location(spark):
         _send_project_code(spark)
     if not remote:
-        from .checks import check_spark_settings  # noqa: PLC0415 (imports this)
+        from .checks import (  # noqa: PLC0415 (imports this)
+            check_setting_classes,
+            check_spark_settings,
+        )
 
         check_spark_settings(spark, conf)
+        check_setting_classes(spark, conf)
     return spark
 
 
