@@ -315,7 +315,11 @@ def _kafka_source_tasks(dataset: SparkStreamingDataset) -> int | None:
         topics = [t.strip() for t in str(options["subscribe"]).split(",")]
         try:
             with contextlib.closing(
-                KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
+                KafkaConsumer(
+                    **dataset.kafka_python_config,
+                    request_timeout_ms=5000,
+                    enable_auto_commit=False,  # no group: kafka-python would warn
+                )
             ) as consumer:
                 counts = [consumer.partitions_for_topic(t) for t in topics]
         except KafkaError:
@@ -929,7 +933,11 @@ def _topic_messages(
     with (
         kafka_python_logs(),
         contextlib.closing(
-            KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
+            KafkaConsumer(
+                **dataset.kafka_python_config,
+                request_timeout_ms=5000,
+                enable_auto_commit=False,  # no group: kafka-python would warn
+            )
         ) as consumer,
     ):
         existing = consumer.topics()

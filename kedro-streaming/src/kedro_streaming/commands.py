@@ -480,7 +480,11 @@ def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
     with kafka_python_logs() as logged:
         try:
             with closing(
-                KafkaConsumer(**dataset.kafka_python_config, request_timeout_ms=5000)
+                KafkaConsumer(
+                    **dataset.kafka_python_config,
+                    request_timeout_ms=5000,
+                    enable_auto_commit=False,  # no group: kafka-python would warn
+                )
             ) as consumer:
                 latest = consumer.end_offsets(list(partitions))
         except (KafkaError, StreamingConfigError, OSError) as error:
