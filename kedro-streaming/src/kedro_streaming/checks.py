@@ -309,18 +309,11 @@ def _kafka_source_tasks(dataset: SparkStreamingDataset) -> int | None:
     if "assign" in options:
         partitions = sum(len(p) for p in json.loads(options["assign"]).values())
     elif "subscribe" in options:
-        from kafka import KafkaConsumer  # noqa: PLC0415
         from kafka.errors import KafkaError  # noqa: PLC0415
 
         topics = [t.strip() for t in str(options["subscribe"]).split(",")]
         try:
-            with contextlib.closing(
-                KafkaConsumer(
-                    **dataset.kafka_python_config,
-                    request_timeout_ms=5000,
-                    enable_auto_commit=False,  # no group: kafka-python would warn
-                )
-            ) as consumer:
+            with contextlib.closing(offsets_reader(dataset)) as consumer:
                 counts = [consumer.partitions_for_topic(t) for t in topics]
         except KafkaError:
             return None
@@ -928,17 +921,11 @@ def _topic_messages(
 ) -> tuple[dict[str, int], set[str]]:
     """The messages each existing topic of ``topics`` holds, and every
     topic the brokers have."""
-    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
+    from kafka import TopicPartition  # noqa: PLC0415
 
     with (
         kafka_python_logs(),
-        contextlib.closing(
-            KafkaConsumer(
-                **dataset.kafka_python_config,
-                request_timeout_ms=5000,
-                enable_auto_commit=False,  # no group: kafka-python would warn
-            )
-        ) as consumer,
+        contextlib.closing(offsets_reader(dataset)) as consumer,
     ):
         existing = consumer.topics()
         partitions = [
@@ -955,6 +942,17 @@ def _topic_messages(
             last[partition] - first[partition]
         )
     return {topic: count for topic, count in held.items() if count}, existing
+
+
+def offsets_reader(dataset: SparkStreamingDataset):
+    """A kafka-python consumer of ``dataset``'s brokers, for the runtime's own
+    reads of topics and offsets: no group, so nothing to commit (and no
+    warning from kafka-python about it)."""
+    from kafka import KafkaConsumer  # noqa: PLC0415
+
+    return KafkaConsumer(
+        **dataset.kafka_python_config, request_timeout_ms=5000, enable_auto_commit=False
+    )
 
 
 def has_progress(checkpoint: str | None) -> bool:

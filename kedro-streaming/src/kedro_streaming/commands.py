@@ -35,6 +35,7 @@ from .checks import (
     check_run,
     fan_out,
     headline,
+    offsets_reader,
     query_sources,
     real_time_plan_problem,
     streaming_datasets,
@@ -463,7 +464,7 @@ def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
     Raises:
         _Unreadable: The brokers did not tell (the message says why).
     """
-    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
+    from kafka import TopicPartition  # noqa: PLC0415
     from kafka.errors import KafkaError  # noqa: PLC0415
 
     partitions = {
@@ -479,13 +480,7 @@ def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
     servers = dataset.kafka_client_config.get("bootstrap.servers", "")
     with kafka_python_logs() as logged:
         try:
-            with closing(
-                KafkaConsumer(
-                    **dataset.kafka_python_config,
-                    request_timeout_ms=5000,
-                    enable_auto_commit=False,  # no group: kafka-python would warn
-                )
-            ) as consumer:
+            with closing(offsets_reader(dataset)) as consumer:
                 latest = consumer.end_offsets(list(partitions))
         except (KafkaError, StreamingConfigError, OSError) as error:
             raise _Unreadable(
