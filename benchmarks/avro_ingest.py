@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from batch import bench_project
+from batch import bench_project, kafka_spark_yml
 from trips import trips
 
 PARTITIONS = 2
@@ -188,6 +188,7 @@ def environment(project: Path, fmt: str, topic: str, registry_url: str) -> str:
                 "  trips_avro:\n    schema_registry_url: ${kafka.schema_registry_url}\n"
             )
         (env_dir / name).write_text(text)
+    kafka_spark_yml(project, env_dir, [])
     return env
 
 

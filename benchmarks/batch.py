@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 HERE = Path(__file__).resolve().parent
 STARTER = HERE.parent
 REAL_ZONES = STARTER.parent / "shared/reference-data/taxi_zone_lookup.csv"
@@ -164,6 +166,16 @@ def bench_project(workdir: Path) -> tuple[Path, Path]:
         check=True,
     )
     return project, python
+
+
+def kafka_spark_yml(project: Path, env_dir: Path, spark_conf: list[str]) -> None:
+    """conf/kafka/spark.yml as shipped (if the project has one) in ``env_dir``,
+    with ``spark_conf`` (``key=value`` settings) over it."""
+    shipped = project / "conf/kafka/spark.yml"
+    settings = yaml.safe_load(shipped.read_text()) if shipped.exists() else {}
+    settings.update(setting.split("=", 1) for setting in spark_conf)
+    if settings:
+        (env_dir / "spark.yml").write_text(yaml.safe_dump(settings, width=1000))
 
 
 def class_archive(project: Path, python: Path) -> Path | None:

@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from avro_ingest import avro_frames, start_registry
-from batch import bench_project
+from batch import bench_project, kafka_spark_yml
 from kafka_rate import perf_classpath
 from latency import (
     checkpoint_pauses,
@@ -86,6 +86,12 @@ def main() -> None:
         help="comma-separated, from: json, avro (avro: the Python producer for all)",
     )
     parser.add_argument(
+        "--producer",
+        choices=("java", "python"),
+        help="Kafka's load generator (java; JSON only, the default for it) or "
+        "librdkafka's, paced in Python (the default with avro)",
+    )
+    parser.add_argument(
         "--checkpoint-interval", help="realtime_checkpoint_interval (default: shipped)"
     )
     parser.add_argument(
@@ -96,7 +102,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a Spark setting added to the run's spark.yml (repeatable), e.g. "
+        help="a Spark setting over conf/kafka/spark.yml (repeatable), e.g. "
         "spark.sql.codegen.wholeStage=false",
     )
     args = parser.parse_args()
@@ -114,9 +120,7 @@ def main() -> None:
     try:
         if "avro" in formats:
             args.registry_url = start_registry(python, project)
-            args.producer = "python"
-        else:
-            args.producer = "java"
+        args.producer = args.producer or ("python" if "avro" in formats else "java")
         classpath = perf_classpath(python, project)
         for number in range(1, args.rounds + 1):
             for mode in args.modes.split(","):
@@ -234,11 +238,11 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
         consumer.close()
         run.send_signal(signal.SIGTERM)
         run.wait(timeout=120)
+    # None before the first checkpoint: a run shorter than one interval.
+    progress = project / f"data/bench-{suffix}/streams/progress.jsonl"
     batches = [
         json.loads(line)
-        for line in (project / f"data/bench-{suffix}/streams/progress.jsonl")
-        .read_text()
-        .splitlines()
+        for line in (progress.read_text() if progress.exists() else "").splitlines()
     ]
     produced_at = (
         avro_timestamps(registry_url, [value for _, value, _ in raw])
@@ -266,14 +270,12 @@ def write_environment(  # noqa: PLR0917
     registry_url: str | None = None,
 ) -> str:
     """conf/kafka as shipped, on the run's own topics and tables; the sink in
-    micro-batches when ``mode`` says so; ``spark_conf`` (``key=value``) added
-    to spark.yml; Avro in and out through the registry at ``registry_url``."""
+    micro-batches when ``mode`` says so; ``spark_conf`` (``key=value``) over
+    its spark.yml; Avro in and out through the registry at ``registry_url``."""
     env = f"bench-{suffix}"
     env_dir = project / "conf" / env
     env_dir.mkdir()
-    if spark_conf:
-        settings = dict(setting.split("=", 1) for setting in spark_conf)
-        (env_dir / "spark.yml").write_text(json.dumps(settings, indent=1))
+    kafka_spark_yml(project, env_dir, spark_conf)
     for name in ("catalog.yml", "globals.yml", "credentials.yml"):
         text = (project / "conf/kafka" / name).read_text()
         text = text.replace("taxi-trips-checked", topics["ok"])
