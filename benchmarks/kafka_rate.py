@@ -75,17 +75,7 @@ def main() -> None:
     # The project alone: the trips are produced to Kafka, not landed as files.
     project, python = bench_project(args.workdir)
     tables = project / "data/bench-kafka"
-    for path in (tables, project / "conf/bench-kafka"):
-        subprocess.run(["rm", "-rf", str(path)], check=True)
-    env_dir = project / "conf/bench-kafka"
-    env_dir.mkdir()
-    # conf/kafka as shipped, on a topic and tables of the benchmark's own.
-    for name in ("catalog.yml", "globals.yml", "credentials.yml"):
-        text = (project / "conf/kafka" / name).read_text()
-        text = text.replace("trips_topic: taxi-trips", f"trips_topic: {TOPIC}")
-        text = text.replace("output_root: data/kafka", "output_root: data/bench-kafka")
-        (env_dir / name).write_text(text)
-    kafka_spark_yml(project, env_dir, args.spark_conf)
+    write_environment(project, tables, args.spark_conf)
 
     lines = [
         line.encode()
@@ -107,73 +97,45 @@ def main() -> None:
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
         admin.close()
 
-        log_path = args.workdir / "kafka-run.log"
-        env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"}
-        with log_path.open("w") as log:
-            run = subprocess.Popen(
-                [
-                    python.parent / "kedro",
-                    "run",
-                    "--env",
-                    "bench-kafka",
-                    "--pipelines",
-                    args.pipelines,
-                    "--params",
-                    ",".join(filter(None, ["trigger_interval=1 second", args.params])),
-                ],
-                cwd=project,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        launched = time.monotonic()
-
-        def running() -> float:
-            """Seconds from `kedro run` to its queries running."""
-            while "Streaming queries running" not in log_path.read_text():
-                if run.poll() is not None:
-                    sys.exit(log_path.read_text()[-3000:])
-                time.sleep(0.05)
-            return time.monotonic() - launched
-
-        if args.produce_from == "queries":
-            running_after = running()
         # Kafka's own load generator (Java), paced at --rate: a Python
         # producer on these two cores falls behind and its queue would be
         # counted as latency.
         payloads = args.workdir / "payloads.txt"
         payloads.write_bytes(b"\n".join(lines))
-        producer = subprocess.Popen(
-            [
-                "java",
-                "-cp",
-                perf_classpath(python, project),
-                "org.apache.kafka.tools.ProducerPerformance",
-                "--topic",
-                TOPIC,
-                "--num-records",
-                str(args.rate * args.seconds),
-                "--throughput",
-                str(args.rate),
-                "--payload-file",
-                str(payloads),
-                "--producer-props",
-                "bootstrap.servers=localhost:9092",
-                "acks=1",
-                "linger.ms=5",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        produce = [
+            "java",
+            "-cp",
+            perf_classpath(python, project),
+            "org.apache.kafka.tools.ProducerPerformance",
+            *("--topic", TOPIC, "--num-records", str(args.rate * args.seconds)),
+            *("--throughput", str(args.rate), "--payload-file", str(payloads)),
+            "--producer-props",
+            "bootstrap.servers=localhost:9092",
+            "acks=1",
+            "linger.ms=5",
+        ]
         consumer = KafkaConsumer(bootstrap_servers="localhost:9092")
         partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        producer = None
+        if args.produce_from == "launch":
+            # A restart as users live it: the producer is already sending.
+            producer = subprocess.Popen(
+                produce, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            while not sum(consumer.end_offsets(partitions).values()):
+                time.sleep(0.05)
+            started = time.monotonic()
+
+        log_path = args.workdir / "kafka-run.log"
+        run, running_after = start_run(python, project, args, log_path)
+        if producer is None:
+            producer = subprocess.Popen(
+                produce, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            started = time.monotonic()
         bronze = tables / "02_intermediate/bronze_trips"
         checkpoint = tables / "checkpoints/bronze_trips"
         samples = []
-        started = time.monotonic()
-        if args.produce_from == "launch":
-            running_after = running()
         while producer.poll() is None:
             produced = sum(consumer.end_offsets(partitions).values())
             samples.append(
@@ -221,6 +183,44 @@ def main() -> None:
     for line in scrape.splitlines():
         if 'query="bronze_trips"' in line and "_bucket" not in line:
             print(f"  {line}")
+
+
+def write_environment(project: Path, tables: Path, spark_conf: list[str]) -> None:
+    """conf/bench-kafka: conf/kafka as shipped, on a topic and tables of the
+    benchmark's own (``tables``, emptied), with ``spark_conf`` over its
+    spark.yml."""
+    env_dir = project / "conf/bench-kafka"
+    for path in (tables, env_dir):
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+    env_dir.mkdir()
+    for name in ("catalog.yml", "globals.yml", "credentials.yml"):
+        text = (project / "conf/kafka" / name).read_text()
+        text = text.replace("trips_topic: taxi-trips", f"trips_topic: {TOPIC}")
+        text = text.replace("output_root: data/kafka", "output_root: data/bench-kafka")
+        (env_dir / name).write_text(text)
+    kafka_spark_yml(project, env_dir, spark_conf)
+
+
+def start_run(python: Path, project: Path, args, log_path: Path):
+    """``kedro run`` on the benchmark's environment, logging to ``log_path``;
+    the process and the seconds until its queries ran."""
+    env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"}
+    params = ",".join(filter(None, ["trigger_interval=1 second", args.params]))
+    with log_path.open("w") as log:
+        run = subprocess.Popen(
+            [python.parent / "kedro", "run", "--env", "bench-kafka"]
+            + ["--pipelines", args.pipelines, "--params", params],
+            cwd=project,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    launched = time.monotonic()
+    while "Streaming queries running" not in log_path.read_text():
+        if run.poll() is not None:
+            sys.exit(log_path.read_text()[-3000:])
+        time.sleep(0.05)
+    return run, time.monotonic() - launched
 
 
 def perf_classpath(python: Path, project: Path) -> str:
