@@ -106,6 +106,8 @@ def main() -> None:
         "spark.sql.codegen.wholeStage=false",
     )
     args = parser.parse_args()
+    if args.producer == "java" and "avro" in args.formats.split(","):
+        parser.error("Kafka's load generator sends text lines only: --producer python")
 
     project, python = bench_project(args.workdir)
     payloads = args.workdir / "realtime-payloads.txt"
@@ -238,7 +240,8 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
         consumer.close()
         run.send_signal(signal.SIGTERM)
         run.wait(timeout=120)
-    # None before the first checkpoint: a run shorter than one interval.
+    # No progress line before the first checkpoint: a run shorter than one
+    # interval has none.
     progress = project / f"data/bench-{suffix}/streams/progress.jsonl"
     batches = [
         json.loads(line)
