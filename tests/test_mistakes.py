@@ -313,6 +313,17 @@ CASES = [
         "trigger=processing_time` (run until stopped).",
         False,
     ),
+    (
+        "a --params name misspelt, which Kedro alone would ignore",
+        {},
+        ["--pipelines", "records", "--params", "triger=available_now"],
+        "StreamingConfigError: --params names what nothing in this project reads "
+        "(no parameter of conf/<env>/parameters*.yml, no setting of streaming.yml, "
+        "no ${{runtime_params:...}} in conf/), so the run would ignore it:\n"
+        "  - 'triger': did you mean 'trigger'?\n"
+        "Fix the name, or declare it in parameters.yml.",
+        False,
+    ),
 ]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+from kedro.config import MissingConfigException
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Pipeline
 from pyspark.sql import SparkSession
@@ -69,6 +70,58 @@ def check_settings(settings: dict[str, Any]) -> None:
             "streaming.yml sets what the runtime does not read:\n  - "
             + "\n  - ".join(lines)
             + f"\nIts settings: {', '.join(SETTING_NAMES)}."
+        )
+
+
+def check_runtime_params(config_loader: Any) -> None:
+    """Fails on a ``--params`` name that nothing in the project reads: not a
+    parameter, not a setting of ``streaming.yml``, not a
+    ``${runtime_params:...}`` of any configuration file. Kedro would take it
+    without a word, and the run would go on as if it had not been given
+    (``--params triger=available_now`` would run unbounded)."""
+    from kedro.framework.project import settings  # noqa: PLC0415
+
+    runtime = getattr(config_loader, "runtime_params", None) or {}
+    if not runtime:
+        return
+    # The parameters as declared: the run's loader has --params merged in.
+    try:
+        parameters = settings.CONFIG_LOADER_CLASS(
+            conf_source=str(config_loader.conf_source),
+            env=config_loader.env,
+            runtime_params={},
+            **settings.CONFIG_LOADER_ARGS,
+        )["parameters"]
+    except MissingConfigException:
+        parameters = {}
+    except Exception:  # noqa: BLE001 (one that needs --params: no check then)
+        return
+    referenced = set()
+    root = Path(str(config_loader.conf_source))
+    for path in root.rglob("*") if root.is_dir() else []:
+        if path.suffix in {".yml", ".yaml", ".json"} and path.is_file():
+            referenced.update(
+                re.findall(r"runtime_params:\s*([A-Za-z_][\w-]*)", path.read_text())
+            )
+    known = sorted(set(parameters) | set(SETTING_NAMES) | referenced)
+    unknown = [name for name in runtime if name not in known]
+    if unknown:
+        lines = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f": did you mean '{close[0]}'?" if close else ""
+            if name == "streaming":
+                hint = (
+                    ": a setting of streaming.yml takes its own name, e.g. "
+                    "`--params trigger=available_now`"
+                )
+            lines.append(f"'{name}'{hint}")
+        raise StreamingConfigError(
+            "--params names what nothing in this project reads (no parameter "
+            "of conf/<env>/parameters*.yml, no setting of streaming.yml, no "
+            "${runtime_params:...} in conf/), so the run would ignore it:\n  - "
+            + "\n  - ".join(lines)
+            + "\nFix the name, or declare it in parameters.yml."
         )
 
 

@@ -33,6 +33,7 @@ from .checks import (
     check_before_spark,
     check_catalog_has,
     check_run,
+    check_runtime_params,
     fan_out,
     headline,
     offsets_reader,
@@ -199,6 +200,7 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
         raise click.ClickException(f"{error}\nFix it before `kedro run`.") from None
     problems = []
     try:
+        check_runtime_params(project.config_loader)
         check_before_spark(
             project.catalog,
             project.pipeline,

@@ -31,6 +31,7 @@ from .checks import (
     catalog_names_by_env,
     check_before_spark,
     check_run,
+    check_runtime_params,
     fan_out,
     headline,
     query_nodes,
@@ -63,6 +64,7 @@ class StreamingQueryHooks:
         self._catalog: DataCatalog | None = None
         self._pipeline: Pipeline | None = None
         self._other_envs = dict
+        self._config_loader: Any = None
         # Each observed metric (name, DataFrame id) and the query that reports it.
         self._observed_by: dict[tuple[str, int], str] = {}
         self._settings: dict[str, Any] = {}
@@ -83,6 +85,7 @@ class StreamingQueryHooks:
         one_line_off_terminal()
         short_config_errors()
         self._other_envs = lambda: catalog_names_by_env(context.config_loader)
+        self._config_loader = context.config_loader
         # The progress lines are INFO: shown unless the project's logging
         # configuration sets this package's level (Kedro's default sets none).
         runtime_logger = logging.getLogger(__package__)
@@ -104,6 +107,7 @@ class StreamingQueryHooks:
         self._replans = 0
         self._state = StreamState.from_settings(self._settings)
         began = time.monotonic()
+        check_runtime_params(self._config_loader)
         check_before_spark(
             catalog, pipeline, self._settings, self._state, other_envs=self._other_envs
         )
