@@ -37,7 +37,7 @@ from typing import Any
 
 from .console import quiet_resolver_deprecation
 
-__version__ = "0.5.1"
+__version__ = "0.5.2"
 
 quiet_resolver_deprecation()
 
