@@ -22,6 +22,7 @@ from kedro_streaming import (
 from kedro_streaming.checks import (
     check_paths_reach_the_cluster,
     check_real_time,
+    check_real_time_intervals,
     check_real_time_task_slots,
     real_time_plan_problem,
     run_trigger,
@@ -615,8 +616,29 @@ def test_real_time_mode_is_refused_where_it_cannot_run(spark):
     assert "reads Kafka only, but its query reads 'in' (json)" in refusal(
         "4.1.1", {"in": files}
     )
-    assert "its source 'in' sets maxOffsetsPerTrigger" in refusal(
+    assert "its source 'in' sets maxOffsetsPerTrigger, which" in refusal(
         "4.3.0", {"in": limited}
+    )
+    delayed = SparkStreamingDataset(
+        file_format="kafka",
+        load_args={"minOffsetsPerTrigger": 10, "maxTriggerDelay": "5m"},
+    )
+    assert "sets minOffsetsPerTrigger and maxTriggerDelay, which Spark" in refusal(
+        "4.2.0", {"in": delayed}
+    )
+    # Spark's least interval (5 s by default), checked before the query
+    # starts; Spark would fail the started query.
+    hasty = SparkStreamingDataset(
+        file_format="kafka",
+        save_args={"checkpoint": "c", "trigger": {"realTime": "2 seconds"}},
+    )
+    with pytest.raises(StreamingConfigError) as error:
+        check_real_time_intervals(spark, {"hasty": hasty, "out": out})
+    assert str(error.value) == (
+        "Real-Time Mode cannot run here:\n  - 'hasty' would checkpoint every 2 "
+        "seconds, more often than Spark allows in Real-Time Mode "
+        "(spark.sql.streaming.realTimeMode.minBatchDuration: 5 s): give its "
+        "realTime trigger in the catalog 5 seconds or more"
     )
     for version in ("4.1.1", "4.2.0", "4.3.0"):
         check_real_time(

@@ -37,6 +37,11 @@ STATEFUL_REAL_TIME_SPARK = (4, 3)
 _KAFKA_ERROR = re.compile(r"org\.apache\.kafka\.common\.errors\.(\w+: [^\n]*)")
 
 
+# Kafka source options that size micro-batches, which Spark refuses in
+# Real-Time Mode.
+BATCH_SIZE_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+
+
 def run_trigger(settings: dict[str, Any]) -> dict[str, Any] | None:
     """The trigger that the run's ``trigger`` setting forces on every sink.
 
@@ -296,13 +301,51 @@ def check_real_time(
                     f"its query reads '{source}' ({source_dataset.file_format}): run "
                     "it on a Kafka source, or give it a processingTime trigger"
                 )
-            elif "maxOffsetsPerTrigger" in source_dataset.load_options:
+            elif limits := [
+                option
+                for option in BATCH_SIZE_OPTIONS
+                if option in source_dataset.load_options
+            ]:
                 problems.append(
                     f"'{name}' runs in Real-Time Mode, which reads each record as it "
-                    f"comes: its source '{source}' sets maxOffsetsPerTrigger, which "
-                    "Spark refuses then; read the topic through a catalog entry "
-                    "without it (as realtime_raw_trips in conf/kafka/catalog.yml does)"
+                    f"comes: its source '{source}' sets {' and '.join(limits)}, "
+                    "which Spark refuses then; read the topic through a catalog "
+                    "entry of its own without " + ("them" if len(limits) > 1 else "it")
                 )
+    _refuse_real_time(problems)
+
+
+def check_real_time_intervals(
+    spark: SparkSession, sinks: dict[str, SparkStreamingDataset]
+) -> None:
+    """Fails when a Real-Time Mode sink checkpoints more often than Spark
+    allows (``spark.sql.streaming.realTimeMode.minBatchDuration``): Spark
+    would fail the query once started, naming that setting only."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: the server checks
+        return
+    setting = "spark.sql.streaming.realTimeMode.minBatchDuration"
+    problems = []
+    for name, dataset in sinks.items():
+        interval = (dataset.trigger or {}).get("realTime")
+        if not isinstance(interval, str):
+            continue
+        try:
+            every = jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(
+                interval
+            ).intervalMs()
+            least = jvm.org.apache.spark.network.util.JavaUtils.timeStringAsMs(
+                spark.conf.get(setting, "5s")
+            )
+        except Exception:  # noqa: BLE001 (check_options names an unreadable one)
+            continue
+        if every < least:
+            problems.append(
+                f"'{name}' would checkpoint every {interval}, more often than Spark "
+                f"allows in Real-Time Mode ({setting}: {least / 1000:g} s): give "
+                f"its realTime trigger in the catalog {least / 1000:g} seconds or "
+                "more"
+            )
     _refuse_real_time(problems)
 
 
@@ -768,6 +811,7 @@ def check_run(
     check_real_time(
         spark.version, real_time_sinks, sources_of, bounded=trigger is not None
     )
+    check_real_time_intervals(spark, real_time_sinks)
     location = spark_location(spark)
     if location:
         check_paths_reach_the_cluster(
