@@ -281,7 +281,9 @@ def test_kafka_over_spark_connect(
         )
         return trips
 
-    point_at(f"127.0.0.1:{free_port()}")
+    # Two addresses: with one local address that refuses, the client-side
+    # check would fail first, without asking the server.
+    point_at(f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}")
     unreachable = run(
         [project_bin / "kedro", "run", "--env", "connect_kafka"]
         + ["--params", "trigger=available_now,kafka_connect_timeout=5"],

@@ -403,6 +403,9 @@ _VERIFY_CAUSES = {
 _API_VERSIONS = bytes.fromhex("0000000f00120000000000010005") + b"check"
 
 
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
 def connection_problem(
     servers: str, security: KafkaSecurity, timeout: float = 5.0
 ) -> str | None:
@@ -419,6 +422,16 @@ def connection_problem(
     host = host.strip("[]")
     try:
         raw = socket.create_connection((host, int(port)), timeout=timeout)
+    except ConnectionRefusedError:
+        if "," not in servers and host in LOCAL_HOSTS:
+            # This machine says at once that nothing listens: no need to
+            # wait for the Kafka client's timeout.
+            return (
+                "refuses connections: nothing listens there. Start the broker "
+                "(`kedro streams broker start` runs one on localhost:9092), or "
+                "point the dataset's kafka.bootstrap.servers at yours"
+            )
+        return None  # another broker of the list may answer: the client says
     except (OSError, ValueError):
         return None  # nothing listens: the Kafka client's timeout says so
     with raw:
