@@ -106,7 +106,10 @@ def check_runtime_params(config_loader: Any) -> None:
     for path in root.rglob("*") if root.is_dir() else []:
         if path.suffix in {".yml", ".yaml", ".json"} and path.is_file():
             referenced.update(
-                re.findall(r"runtime_params:\s*([A-Za-z_][\w-]*)", path.read_text())
+                re.findall(
+                    r"runtime_params:\s*([A-Za-z_][\w-]*)",
+                    path.read_text(errors="replace"),
+                )
             )
     known = sorted(set(parameters) | set(SETTING_NAMES) | referenced)
     unknown = [name for name in runtime if name not in known]
