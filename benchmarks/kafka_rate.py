@@ -19,6 +19,7 @@ log, from which on readers see it).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -102,37 +103,37 @@ def main() -> None:
         # counted as latency.
         payloads = args.workdir / "payloads.txt"
         payloads.write_bytes(b"\n".join(lines))
-        produce = [
-            "java",
-            "-cp",
-            perf_classpath(python, project),
-            "org.apache.kafka.tools.ProducerPerformance",
-            *("--topic", TOPIC, "--num-records", str(args.rate * args.seconds)),
-            *("--throughput", str(args.rate), "--payload-file", str(payloads)),
-            "--producer-props",
-            "bootstrap.servers=localhost:9092",
-            "acks=1",
-            "linger.ms=5",
-        ]
+        start_producer = functools.partial(
+            subprocess.Popen,
+            [
+                "java",
+                "-cp",
+                perf_classpath(python, project),
+                "org.apache.kafka.tools.ProducerPerformance",
+                *("--topic", TOPIC, "--num-records", str(args.rate * args.seconds)),
+                *("--throughput", str(args.rate), "--payload-file", str(payloads)),
+                "--producer-props",
+                "bootstrap.servers=localhost:9092",
+                "acks=1",
+                "linger.ms=5",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         consumer = KafkaConsumer(bootstrap_servers="localhost:9092")
         partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-        producer = None
-        if args.produce_from == "launch":
+        launch = args.produce_from == "launch"
+        if launch:
             # A restart as users live it: the producer is already sending.
-            producer = subprocess.Popen(
-                produce, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
+            producer = start_producer()
             while not sum(consumer.end_offsets(partitions).values()):
                 time.sleep(0.05)
             started = time.monotonic()
-
         log_path = args.workdir / "kafka-run.log"
         run, running_after = start_run(python, project, args, log_path)
-        if producer is None:
-            producer = subprocess.Popen(
-                produce, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-            started = time.monotonic()
+        if not launch:
+            producer, started = start_producer(), time.monotonic()
         bronze = tables / "02_intermediate/bronze_trips"
         checkpoint = tables / "checkpoints/bronze_trips"
         samples = []
