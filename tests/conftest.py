@@ -5,6 +5,7 @@ What the tests share besides fixtures is in `support.py`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -211,9 +212,36 @@ REGISTRY_PASSWORD = 'p@ss "w0rd";\\ ü/#?'
 
 @pytest.fixture
 def registry_login(schema_registry, tmp_path):
-    """The session's registry behind nginx (Debian's package, installed if
-    missing) asking for HTTP basic authentication, as a company's registry
-    does: ``url``, ``username``, ``password``."""
+    """The session's registry behind nginx asking for HTTP basic
+    authentication, as a company's registry does: ``url``, ``username``,
+    ``password``."""
+    (tmp_path / "users").write_text(f"{REGISTRY_USER}:{{PLAIN}}{REGISTRY_PASSWORD}\n")
+    login = f"auth_basic registry;\n      auth_basic_user_file {tmp_path}/users;"
+    with nginx_in_front(schema_registry, tmp_path, login) as url:
+        yield {"url": url, "username": REGISTRY_USER, "password": REGISTRY_PASSWORD}
+
+
+@pytest.fixture
+def rate_limited_registry(schema_registry, tmp_path):
+    """The session's registry behind nginx answering HTTP 429 to a client
+    that asks more often than every 500 ms, as Confluent Cloud and API
+    gateways do: its API root, and nginx's access log."""
+    with nginx_in_front(
+        schema_registry,
+        tmp_path,
+        "limit_req zone=registry;\n      limit_req_status 429;",
+        http="limit_req_zone $binary_remote_addr zone=registry:1m rate=2r/s;",
+    ) as url:
+        yield url, tmp_path / "access.log"
+
+
+@contextlib.contextmanager
+def nginx_in_front(schema_registry: dict, folder: Path, settings: str, http: str = ""):
+    """Runs nginx (Debian's package, installed if missing) as a proxy to the
+    session's registry, with ``settings`` in its location and ``http`` in its
+    http block; yields the registry's API root through it. Its error log goes
+    to stderr, shown with a failing test's output; its access log, with
+    each answer's status, to ``folder``/access.log."""
     if shutil.which("nginx") is None:
         install = ["apt-get", "install", "-y", "-q", "--no-install-recommends"]
         if subprocess.run([*install, "nginx-light"], check=False).returncode:
@@ -221,22 +249,21 @@ def registry_login(schema_registry, tmp_path):
             subprocess.run([*install, "nginx-light"], check=True)
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     port = free_port()
-    (tmp_path / "users").write_text(f"{REGISTRY_USER}:{{PLAIN}}{REGISTRY_PASSWORD}\n")
-    (tmp_path / "nginx.conf").write_text(
+    (folder / "nginx.conf").write_text(
         f"""daemon off;
 user root;
-pid {tmp_path}/nginx.pid;
-error_log {tmp_path}/error.log;
+pid {folder}/nginx.pid;
+error_log stderr warn;
 events {{}}
 http {{
-  access_log off;
-  client_body_temp_path {tmp_path}/body;
-  proxy_temp_path {tmp_path}/proxy;
+  access_log {folder}/access.log;
+  client_body_temp_path {folder}/body;
+  proxy_temp_path {folder}/proxy;
+  {http}
   server {{
     listen 127.0.0.1:{port};
     location / {{
-      auth_basic registry;
-      auth_basic_user_file {tmp_path}/users;
+      {settings}
       proxy_pass http://127.0.0.1:{schema_registry["port"]};
     }}
   }}
@@ -244,19 +271,15 @@ http {{
 """
     )
     process = subprocess.Popen(
-        [nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")]
+        [nginx, "-p", str(folder), "-c", str(folder / "nginx.conf")]
     )
     deadline = time.monotonic() + 10
     while not _listening(port):
-        assert process.poll() is None, (tmp_path / "error.log").read_text()
+        assert process.poll() is None, "nginx exited: its errors are above"
         assert time.monotonic() < deadline, "nginx did not listen"
         time.sleep(0.1)
     try:
-        yield {
-            "url": f"http://127.0.0.1:{port}/apis/ccompat/v7",
-            "username": REGISTRY_USER,
-            "password": REGISTRY_PASSWORD,
-        }
+        yield f"http://127.0.0.1:{port}/apis/ccompat/v7"
     finally:
         process.terminate()
         process.wait(timeout=10)

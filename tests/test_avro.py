@@ -17,6 +17,7 @@ import time
 from collections import Counter
 
 import pandas as pd
+import pytest
 import yaml
 from kafka import KafkaProducer
 from reference import check, decode, example_settings, expected_outputs, zone_boroughs
@@ -224,6 +225,56 @@ def test_avro_trips_across_a_schema_version_registered_mid_stream(  # noqa: PLR0
     ).written
     assert_matches_reference(project, expected, "data/kafka")
     assert_progress_log(project, "data/kafka", messages)
+
+
+def test_a_registry_that_says_not_now_is_asked_again(
+    schema_registry, rate_limited_registry, plugin_tool
+):  # plugin_tool: the plugin's source on the path
+    """Through a gateway that limits the rate (HTTP 429), every schema of a
+    subject is read whole, each refused request sent again; with retries
+    off, the refusal names the status, without the gateway's HTML page."""
+    registry_module = importlib.import_module("kedro_streaming.schema_registry")
+    errors = importlib.import_module("kedro_streaming.errors")
+    direct = registry_module.SchemaRegistry(schema_registry["url"])
+    subject = f"rate-limited-{time.time_ns()}-value"
+    versions = [
+        json.dumps({"type": "record", "name": "Ride", "fields": fields})
+        for fields in (
+            [{"name": "id", "type": "long"}],
+            [
+                {"name": "id", "type": "long"},
+                {"name": "note", "type": ["null", "string"], "default": None},
+            ],
+        )
+    ]
+    ids = [direct.register(subject, schema) for schema in versions]
+
+    # What planning a query asks, back to back: every version, then the latest.
+    url, access_log = rate_limited_registry
+    limited = registry_module.SchemaRegistry(url)
+    read = limited.versions(subject)
+    assert [(v.id, v.schema) for v in read] == [(i, direct.schema(i)) for i in ids]
+    assert limited.version(subject).id == ids[1]
+
+    def statuses() -> Counter:
+        lines = access_log.read_text().splitlines()
+        return Counter(line.split('" ')[1].split()[0] for line in lines)
+
+    # nginx logs a request once its answer is sent: the last line may lag.
+    deadline = time.monotonic() + 5
+    while statuses()["200"] < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # The versions, each version, the latest: 4 answered, each after a 429.
+    assert statuses()["200"] == 4 and statuses()["429"] >= 4, statuses()
+
+    limited.retry_waits = ()
+    with pytest.raises(errors.StreamingConfigError) as refused:
+        limited.subjects()
+        limited.subjects()
+    assert str(refused.value) == (
+        f"the schema registry at {url} refused the request (HTTP 429): "
+        "Too Many Requests"
+    )
 
 
 def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # noqa: PLR0914, PLR0915, PLR0917 (fixtures; one story)

@@ -9,16 +9,21 @@ readers by subject version, and to register a sink's schema::
     registry.schema(latest.id)                        # its Avro text
 
 Every failure is a ``StreamingConfigError`` naming the registry's address
-(without any password) and what to check.
+(without any password) and what to check. What a registry, or the proxy or
+load balancer in front of it, answers while it restarts or sheds load (HTTP
+429, 502, 503, 504, a connection refused or reset) is tried again for a few
+seconds first: every request here is safe to repeat.
 """
 
 from __future__ import annotations
 
 import base64
 import difflib
+import http.client
 import io
 import json
 import struct
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,6 +33,16 @@ from typing import Any
 from .errors import StreamingConfigError
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+# Answers that say "not now" rather than "no", and the waits before each try
+# again: 3.75 s in all, time for a proxy to find the registry again after a
+# brief overload or a restart behind it, short when a registry is not there.
+_TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+_TRANSIENT_ERRORS = (
+    ConnectionRefusedError,
+    ConnectionResetError,
+    http.client.RemoteDisconnected,
+)
+_RETRY_WAITS = (0.25, 0.5, 1.0, 2.0)
 _NOT_THE_ROOT = (
     "{url} is not a schema registry's API root: it has no /subjects. Give the "
     "root of Confluent's API (Apicurio serves it under /apis/ccompat/v7)"
@@ -77,6 +92,9 @@ class SchemaRegistry:
             else None
         )
         self.timeout = timeout
+        self.retry_waits = _RETRY_WAITS
+        """Seconds to wait before each new try of a request answered with a
+        transient failure; ``()`` tries once."""
 
     @staticmethod
     def _shown(parts: urllib.parse.SplitResult) -> str:
@@ -173,35 +191,56 @@ class SchemaRegistry:
         )
         if self._authorization:
             request.add_header("Authorization", self._authorization)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                return json.loads(answer.read() or b"null")
-        except urllib.error.HTTPError as error:
-            detail = _message(error)
-            if error.code in (401, 403):
-                who = f"user '{self.username}'" if self.username else "no credentials"
-                raise StreamingConfigError(
-                    f"the schema registry at {self.url} refused {who} (HTTP "
-                    f"{error.code}): check the registry's username and password "
-                    "in the credentials entry"
-                ) from None
-            if error.code == 404 and missing is not None:
-                raise StreamingConfigError(
-                    f"the schema registry at {self.url} {missing}"
-                ) from None
-            if error.code == 404:
-                raise _Missing from None
-            raise StreamingConfigError(
-                f"the schema registry at {self.url} {refused} (HTTP {error.code}): "
-                f"{detail}"
-            ) from None
-        except (urllib.error.URLError, OSError, ValueError) as error:
-            reason = getattr(error, "reason", error)
-            raise StreamingConfigError(
-                f"the schema registry at {self.url} did not answer ({reason}): "
-                "check schema_registry_url, and that the registry runs "
-                "(`kedro streams registry start` runs one here)"
-            ) from None
+        tries = _Tries()
+        for wait in (*self.retry_waits, None):
+            tries.count += 1
+            asked_to_wait = 0.0
+            try:
+                return self._send(request)
+            except urllib.error.HTTPError as error:
+                if error.code not in _TRANSIENT_STATUSES or wait is None:
+                    raise self._refusal(error, missing, refused, tries) from None
+                asked_to_wait = _retry_after(error)
+                error.close()
+            except (urllib.error.URLError, OSError, ValueError) as error:
+                reason = getattr(error, "reason", error)
+                if not isinstance(reason, _TRANSIENT_ERRORS) or wait is None:
+                    raise StreamingConfigError(
+                        f"the schema registry at {self.url} did not answer "
+                        f"({reason}{tries}): check schema_registry_url, and that "
+                        "the registry runs (`kedro streams registry start` runs "
+                        "one here)"
+                    ) from None
+            time.sleep(max(wait, asked_to_wait))
+        raise AssertionError("unreachable")  # the last try returns or raises
+
+    def _send(self, request: urllib.request.Request) -> Any:
+        with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+            return json.loads(answer.read() or b"null")
+
+    def _refusal(
+        self,
+        error: urllib.error.HTTPError,
+        missing: str | None,
+        refused: str,
+        tries: _Tries,
+    ) -> Exception:
+        """What an HTTP error answer means, as the exception to raise."""
+        if error.code in (401, 403):
+            who = f"user '{self.username}'" if self.username else "no credentials"
+            return StreamingConfigError(
+                f"the schema registry at {self.url} refused {who} (HTTP "
+                f"{error.code}): check the registry's username and password "
+                "in the credentials entry"
+            )
+        if error.code == 404 and missing is not None:
+            return StreamingConfigError(f"the schema registry at {self.url} {missing}")
+        if error.code == 404:
+            return _Missing()
+        return StreamingConfigError(
+            f"the schema registry at {self.url} {refused} (HTTP {error.code}"
+            f"{tries}): {_message(error)}"
+        )
 
 
 def avro_framer(registry: SchemaRegistry, subject: str, schema: str):
@@ -231,9 +270,34 @@ def _quote(part: str) -> str:
 
 
 def _message(error: urllib.error.HTTPError) -> str:
-    """The registry's own words: its JSON ``message``, else the body's start."""
+    """The registry's own words: its JSON ``message``, else the body's start;
+    the status's name for an HTML page (a proxy's, usually)."""
     text = error.read().decode("utf-8", errors="replace")
     try:
         return str(json.loads(text).get("message") or text)[:500]
     except (ValueError, AttributeError):
+        if text.lstrip()[:1] == "<" or not text.strip():
+            return str(error.reason)
         return text[:500]
+
+
+def _retry_after(error: urllib.error.HTTPError) -> float:
+    """The seconds a 429 or 503's ``Retry-After`` asks for (at most 10)."""
+    try:
+        return min(float(error.headers.get("Retry-After", 0)), 10.0)
+    except (TypeError, ValueError):  # an HTTP date: the usual waits do
+        return 0.0
+
+
+class _Tries:
+    """How many times a request was sent, and since when; shown as
+    ", 5 tries in 3.8 s" after a failure when there was more than one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.started = time.monotonic()
+
+    def __str__(self) -> str:
+        if self.count < 2:
+            return ""
+        return f", {self.count} tries in {time.monotonic() - self.started:.1f} s"
