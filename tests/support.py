@@ -1057,11 +1057,18 @@ def consume_all(servers: str, topic: str, expected: int, timeout: float = 60) ->
 
 
 def run_until_then_kill(
-    bin_dir: Path, project: Path, marker, log_path: Path, *args: str, command=None
+    bin_dir: Path,
+    project: Path,
+    marker,
+    log_path: Path,
+    *args: str,
+    command=None,
+    state=lambda: "",
 ) -> None:
     """Starts a bounded `kedro run` (or ``command`` with its arguments),
     SIGKILLs its process group once ``marker`` is logged (or, for a function,
-    once it returns true)."""
+    once it returns true). ``state()`` says what a failure message should
+    add to the log's end."""
     reached = marker if callable(marker) else lambda: marker in log_path.read_text()
     process = start_kedro(
         bin_dir, project, ["run", *args, *BOUNDED], log_path, command=command
@@ -1072,6 +1079,7 @@ def run_until_then_kill(
             if process.poll() is not None:  # ended, or killed itself
                 assert reached(), (
                     f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
+                    f"\n{state()}"
                 )
                 break
             assert time.monotonic() < deadline, f"never logged {marker!r}"

@@ -83,6 +83,21 @@ main()
 """
 
 
+def batches_and_live_commits(tables: Path) -> str:
+    """Each query's batches planned and done, and the live table's commits:
+    what to read when a kill point was not reached."""
+    queries = {
+        folder.name: (
+            sorted(batch_ids(folder / "offsets")),
+            sorted(batch_ids(folder / "commits")),
+        )
+        for folder in sorted((tables / "checkpoints").glob("*"))
+    }
+    live = tables / DELTA_TABLES["live_borough_summary"]
+    commits = delta_commits(live) if (live / "_delta_log").is_dir() else []
+    return f"batches (planned, done): {queries}\nlive table: {commits}"
+
+
 def assert_outputs_after_crash(project: Path, messages: list, trips_topic: str):
     """Every table and every progress record of the Kafka-to-Delta run, after
     its crashes and rerun, as the reference computes them.
@@ -166,7 +181,9 @@ def test_kafka_to_delta_bad_messages_and_sigkill_at_three_points(  # noqa: PLR09
     ):
         log = project / f"killed-{number}.log"
         run_until_then_kill(
-            project_bin, project, marker, log, *run_args, command=command
+            *(project_bin, project, marker, log, *run_args),
+            command=command,
+            state=lambda: batches_and_live_commits(tables),
         )
         if number == 1:
             assert "Started streaming query 'hourly_borough_summary'" not in (

@@ -209,6 +209,19 @@ def test_validate_names_each_broken_query_and_writes_nothing(
         in output
     )
     assert "aggregations without watermark" in output
+
+    # A sink's plan builds, but its configuration is wrong: not called ok.
+    nodes.write_text(code)
+    result = streams(
+        project_bin, fresh_project, "validate", "--env", "broken", check=False
+    )
+    assert result.returncode != 0
+    assert "query bronze_trips: ok" in result.stdout
+    assert (
+        "query hourly_borough_summary: its plan builds, but see the problem with "
+        "'hourly_borough_summary' below"
+    ) in result.stdout
+    assert "1 problem(s)" in result.output
     assert checkpoints(fresh_project) == []
     assert not (fresh_project / "data/streams").exists()
 

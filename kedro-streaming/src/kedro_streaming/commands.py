@@ -215,6 +215,7 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
         check_run(spark, project.catalog, project.pipeline, project.settings, env=env)
     except StreamingConfigError as error:
         problems.append(str(error))
+    configuration_problems = len(problems)
     for line in fan_out(project.catalog, project.pipeline, list(project.sinks)):
         click.echo(f"note: {line}.")
     frames: dict[str, Any] = {}
@@ -236,12 +237,23 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
             )
             continue
         frames.update(outputs)
-        for name in set(outputs) & set(project.sinks):
+        for name in sorted(set(outputs) & set(project.sinks)):
             problem = _plan_problem(spark, project.sinks[name], outputs[name])
             if problem:
                 problems.append(f"query {name}: {problem}")
-            else:
-                click.echo(f"query {name}: ok")
+                continue
+            # A problem found before the plans may name this query's datasets.
+            named = [
+                dataset
+                for dataset in (name, *node.inputs)
+                if any(f"'{dataset}'" in p for p in problems[:configuration_problems])
+            ]
+            click.echo(
+                f"query {name}: its plan builds, but see the problem with "
+                f"{', '.join(map(repr, named))} below"
+                if named
+                else f"query {name}: ok"
+            )
     if problems:
         for problem in problems:
             click.echo("- " + problem.replace("\n", "\n  "), err=True)
