@@ -1056,6 +1056,40 @@ def consume_all(servers: str, topic: str, expected: int, timeout: float = 60) ->
     return records
 
 
+def children_of(pid: int) -> set[int]:
+    """The processes ``pid`` started that still run (none once it is gone)."""
+    children = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):  # the thread or process ended
+            children |= set(map(int, (task / "children").read_text().split()))
+    return children
+
+
+def crash(process: subprocess.Popen, spark: set[int] = frozenset()) -> None:
+    """SIGKILLs a run started by ``start_kedro``: its process group, and
+    Spark's JVM with its Python workers, which the plugin starts in a group
+    of their own (``spark``: those groups, seen while the run was alive;
+    its children now are added). As close to a crash as it gets; returns
+    once they are gone, so that no JVM of this run outlives it."""
+    groups = {process.pid, *spark, *children_of(process.pid)}
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):  # gone, or not a group
+            os.killpg(group, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    for pid in groups - {process.pid}:
+        while _running(pid):
+            assert time.monotonic() < deadline, f"process {pid} outlived SIGKILL"
+            time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie has exited; its parent has not reaped it
+
+
 def run_until_then_kill(
     bin_dir: Path,
     project: Path,
@@ -1073,9 +1107,11 @@ def run_until_then_kill(
     process = start_kedro(
         bin_dir, project, ["run", *args, *BOUNDED], log_path, command=command
     )
+    spark: set[int] = set()  # known before the run may kill itself
     try:
         deadline = time.monotonic() + 300
         while not reached():
+            spark |= children_of(process.pid)
             if process.poll() is not None:  # ended, or killed itself
                 assert reached(), (
                     f"ended before {marker!r}:\n{log_path.read_text()[-4000:]}"
@@ -1085,9 +1121,7 @@ def run_until_then_kill(
             assert time.monotonic() < deadline, f"never logged {marker!r}"
             time.sleep(0.05 if callable(marker) else 0.2)
     finally:
-        # The whole group, JVM included: as close to a crash as it gets.
-        with contextlib.suppress(ProcessLookupError):  # all gone already
-            os.killpg(process.pid, signal.SIGKILL)
+        crash(process, spark)
         process.wait(timeout=60)
 
 

@@ -84,19 +84,12 @@ def check_runtime_params(config_loader: Any) -> None:
     ``${runtime_params:...}`` of any configuration file. Kedro would take it
     without a word, and the run would go on as if it had not been given
     (``--params triger=available_now`` would run unbounded)."""
-    from kedro.framework.project import settings  # noqa: PLC0415
-
     runtime = getattr(config_loader, "runtime_params", None) or {}
     if not runtime:
         return
     # The parameters as declared: the run's loader has --params merged in.
     try:
-        parameters = settings.CONFIG_LOADER_CLASS(
-            conf_source=str(config_loader.conf_source),
-            env=config_loader.env,
-            runtime_params={},
-            **settings.CONFIG_LOADER_ARGS,
-        )["parameters"]
+        parameters = _loader_like(config_loader, runtime_params={})["parameters"]
     except MissingConfigException:
         parameters = {}
     except Exception:  # noqa: BLE001 (one that needs --params: no check then)
@@ -1126,16 +1119,7 @@ def catalog_names_by_env(config_loader) -> dict[str, Any]:
     Args:
         config_loader: The run's configuration loader.
     """
-    from kedro.framework.project import settings  # noqa: PLC0415
     from kedro.io.catalog_config_resolver import CatalogConfigResolver  # noqa: PLC0415
-
-    def loader_of(env: str):
-        return settings.CONFIG_LOADER_CLASS(
-            conf_source=str(config_loader.conf_source),
-            env=env,
-            runtime_params=config_loader.runtime_params,
-            **settings.CONFIG_LOADER_ARGS,
-        )
 
     found = {}
     env = config_loader.env
@@ -1146,12 +1130,27 @@ def catalog_names_by_env(config_loader) -> dict[str, Any]:
         if folder.name in ("base", env) or not any(folder.glob("catalog*")):
             continue
         try:
-            config = loader_of(folder.name)["catalog"]
+            config = _loader_like(config_loader, env=folder.name)["catalog"]
         except Exception as error:  # noqa: BLE001 (another env's broken conf)
             logger.debug("conf/%s's catalog not read: %s", folder.name, error)
             continue
         found[folder.name] = _Declared(config, CatalogConfigResolver)
     return found
+
+
+def _loader_like(config_loader, **changes: Any):
+    """A configuration loader as the project's settings make one, over the
+    same ``conf/`` as ``config_loader``, with its env and runtime params
+    unless ``changes`` gives others."""
+    from kedro.framework.project import settings  # noqa: PLC0415
+
+    arguments = {
+        "conf_source": str(config_loader.conf_source),
+        "env": config_loader.env,
+        "runtime_params": config_loader.runtime_params,
+        **changes,
+    }
+    return settings.CONFIG_LOADER_CLASS(**arguments, **settings.CONFIG_LOADER_ARGS)
 
 
 class _Declared:

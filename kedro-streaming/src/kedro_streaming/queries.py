@@ -284,6 +284,16 @@ class StreamingQueryHooks:
                     dict(self._progress.expectation_totals.get(name, {}))
                 ),
             )
+            if "realTime" in self._triggers.get(name, {}):
+                # Its batch runs from one checkpoint to the next: what a stop
+                # cut short was read and written, but never reported.
+                logger.info(
+                    "Query %s: in Real-Time Mode these totals count the batches "
+                    "that reached a checkpoint; the records of the batch the stop "
+                    "cut short are not in them (its sink has them; the next run "
+                    "writes them again).",
+                    name,
+                )
 
     def _update_progress(self) -> None:
         for name, query in self._queries.items():

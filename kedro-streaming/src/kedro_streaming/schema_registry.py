@@ -11,8 +11,8 @@ readers by subject version, and to register a sink's schema::
 Every failure is a ``StreamingConfigError`` naming the registry's address
 (without any password) and what to check. What a registry, or the proxy or
 load balancer in front of it, answers while it restarts or sheds load (HTTP
-429, 502, 503, 504, a connection refused or reset) is tried again for a few
-seconds first: every request here is safe to repeat.
+429, 502, 503, 504, a connection reset) is tried again for a few seconds
+first: every request here is safe to repeat.
 """
 
 from __future__ import annotations
@@ -37,11 +37,9 @@ _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 # again: 3.75 s in all, time for a proxy to find the registry again after a
 # brief overload or a restart behind it, short when a registry is not there.
 _TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
-_TRANSIENT_ERRORS = (
-    ConnectionRefusedError,
-    ConnectionResetError,
-    http.client.RemoteDisconnected,
-)
+# A refused connection is not one: nothing listens there, and saying so at
+# once beats waiting.
+_TRANSIENT_ERRORS = (ConnectionResetError, http.client.RemoteDisconnected)
 _RETRY_WAITS = (0.25, 0.5, 1.0, 2.0)
 _NOT_THE_ROOT = (
     "{url} is not a schema registry's API root: it has no /subjects. Give the "

@@ -493,7 +493,12 @@ def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
     try:
         gateway = launch_gateway(
             SparkConf(loadDefaults=False).setAll(list(conf.items())),
-            popen_kwargs={"stderr": write_end},
+            # In a process group of its own: systemd, `kill -- -PGID` and other
+            # supervisors signal a whole group, and SIGTERM or SIGHUP would end
+            # the JVM (and its Python workers) under the queries this process
+            # is stopping cleanly. The JVM still ends with this process: it
+            # exits when its stdin closes.
+            popen_kwargs={"stderr": write_end, "start_new_session": True},
         )
     finally:
         os.close(write_end)  # the JVM has its own copy
