@@ -290,6 +290,36 @@ def test_a_topic_the_user_may_not_read_is_named_as_such(security, broker, plugin
     )
 
 
+def _compose_broker(broker_tool, environment: dict, secrets: Path, jvm_options):
+    """The compose file's broker, started on free ports here (the session's
+    broker may hold the compose ones): the ports by compose port, and the
+    broker. A port found free and taken before the broker bound it (another
+    process's connection, on a busy machine) is chosen again."""
+    for attempt in range(3):
+        ports = {
+            compose_port: free
+            for compose_port, free in zip(
+                (9092, 19092, 9093, 9094, 9095, 9099), broker_tool.free_ports(6)
+            )
+        }
+        properties = _image_properties(environment, secrets)
+        for key in ("listeners", "advertised.listeners", "controller.quorum.voters"):
+            properties[key] = re.sub(
+                r":(\d{4,5})\b", lambda m: f":{ports[int(m[1])]}", properties[key]
+            )
+        del properties["log.dirs"]  # the container's path: a temporary folder here
+        broker = broker_tool.LocalKafka(
+            port=ports[9092], extra_properties=properties, jvm_options=jvm_options
+        )
+        try:
+            return ports, broker.start()
+        except broker_tool.BrokerError as error:
+            if "Address already in use" not in str(error) or attempt == 2:
+                raise
+            print(f"a port was taken before the broker bound it: {error}"[:300])
+    raise AssertionError("unreachable")
+
+
 def _image_properties(environment: dict[str, str], secrets: Path) -> dict[str, str]:
     """The server.properties Kafka's Docker image (apache/kafka) writes from a
     service's environment, as its scripts do: the keystore settings derived
@@ -353,28 +383,14 @@ def test_the_compose_tls_broker_serves_each_listener(
     for name in re.search(r"for file in ([^;]+);", script).group(1).split():
         shutil.copy(data / "tls" / name, secrets / name)
 
-    # The compose ports, on free ones here (the session's broker may hold them).
-    ports = {
-        compose_port: free
-        for compose_port, free in zip(
-            (9092, 19092, 9093, 9094, 9095, 9099), broker_tool.free_ports(6)
-        )
-    }
-    for port in (9093, 9094, 9095):
-        assert f"{port}:{port}" in kafka["ports"]
-    properties = _image_properties(environment, secrets)
-    for key in ("listeners", "advertised.listeners", "controller.quorum.voters"):
-        properties[key] = re.sub(
-            r":(\d{4,5})\b", lambda m: f":{ports[int(m[1])]}", properties[key]
-        )
-    del properties["log.dirs"]  # the container's path: a temporary folder here
     jvm_options = tuple(
         option.replace("/etc/kafka/secrets", str(secrets))
         for option in environment["KAFKA_OPTS"].split()
     )
-    with broker_tool.LocalKafka(
-        port=ports[9092], extra_properties=properties, jvm_options=jvm_options
-    ):
+    for port in (9093, 9094, 9095):
+        assert f"{port}:{port}" in kafka["ports"]
+    ports, broker = _compose_broker(broker_tool, environment, secrets, jvm_options)
+    with broker:
         plain = f"127.0.0.1:{ports[9092]}"
         streams(
             "broker",

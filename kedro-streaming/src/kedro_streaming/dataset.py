@@ -297,6 +297,11 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                     "writes to Kafka without a topic: add `save_args: {topic: ...}`, "
                     "or give each row its topic in a `topic` column"
                 )
+            elif not self._writer_options.get("topic") and "value" in data.columns:
+                value_type = data.schema["value"].dataType
+                if isinstance(value_type, StructType):
+                    problem = _per_topic_problem(data, value_type)
+                    problems += [problem] if problem else []
         return problems
 
     def source_problems(self) -> list[str]:

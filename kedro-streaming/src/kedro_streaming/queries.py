@@ -149,9 +149,13 @@ class StreamingQueryHooks:
                 self._stop_all()
                 raise StreamingConfigError(f"'{dataset_name}': {problem}.")
         self._report_observations_once(dataset_name, data)
-        query = dataset.start(
-            data, trigger=self._triggers[dataset_name], query_name=dataset_name
-        )
+        try:
+            query = dataset.start(
+                data, trigger=self._triggers[dataset_name], query_name=dataset_name
+            )
+        except (DatasetError, StreamingConfigError) as error:
+            self._stop_all()
+            raise StreamingConfigError(f"'{dataset_name}': {error}") from None
         self._queries[dataset_name] = query
         if self._metrics is not None:
             self._metrics.started(dataset_name, query, self._triggers[dataset_name])

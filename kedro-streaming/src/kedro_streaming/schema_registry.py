@@ -34,8 +34,8 @@ from .errors import StreamingConfigError
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 # Answers that say "not now" rather than "no", and the waits before each try
-# again: 3.75 s in all, time for a proxy to find the registry again after a
-# brief overload or a restart behind it, short when a registry is not there.
+# again: 3.75 s in all, time for a rate limit to let a request through, or a
+# proxy to find its registry again after a brief overload.
 _TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 # A refused connection is not one: nothing listens there, and saying so at
 # once beats waiting.

@@ -527,6 +527,23 @@ class LocalKafka:
         """Returns the last ``lines`` lines of the broker log ('' if none yet)."""
         return tail(self.log_path, lines) if self.log_path else ""
 
+    def first_error(self) -> str:
+        """The broker log's first ERROR line, without its timestamp, and the
+        exception line under it: why a start failed (a port taken, a bad
+        setting), which the shutdown lines after it push out of the log's
+        tail ('' if none)."""
+        found: list[str] = []
+        try:
+            with open(self.log_path or "", encoding="utf-8", errors="replace") as log:
+                for line in log:
+                    if found and (line.startswith("[") or len(found) == 2):
+                        break  # the next record: the error and its cause are in
+                    if found or " ERROR " in line:
+                        found.append(line.split(" ERROR ", 1)[-1].strip())
+        except OSError:
+            pass
+        return " ".join(found)[:500]
+
     def state(self) -> dict:
         """Returns a JSON-serialisable description (used for the CLI state file)."""
         return {
@@ -765,9 +782,11 @@ class LocalKafka:
         while True:
             code = self._proc.poll()
             if code is not None:
+                cause = self.first_error()
                 raise BrokerError(
-                    f"Kafka broker exited with code {code} during startup. "
-                    f"Log {self.log_path} ends with:\n{self.log_tail(60)}"
+                    f"Kafka broker exited with code {code} during startup"
+                    + (f": {cause}" if cause else "")
+                    + f". Log {self.log_path} ends with:\n{self.log_tail(60)}"
                 )
             try:
                 probe(self.bootstrap_servers, timeout=2.0)
