@@ -292,16 +292,17 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                     '`F.to_json(F.struct("*")).alias("value")`, and a `key` if '
                     "messages need one"
                 )
-            if not self._writer_options.get("topic") and "topic" not in data.columns:
+            if self._writer_options.get("topic"):
+                return problems
+            if "topic" not in data.columns:
                 problems.append(
                     "writes to Kafka without a topic: add `save_args: {topic: ...}`, "
                     "or give each row its topic in a `topic` column"
                 )
-            elif not self._writer_options.get("topic") and "value" in data.columns:
+            elif "value" in data.columns:
                 value_type = data.schema["value"].dataType
-                if isinstance(value_type, StructType):
-                    problem = _per_topic_problem(data, value_type)
-                    problems += [problem] if problem else []
+                if isinstance(value_type, StructType):  # a record per topic
+                    problems += filter(None, [_per_topic_problem(data, value_type)])
         return problems
 
     def source_problems(self) -> list[str]:
