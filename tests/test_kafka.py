@@ -3,13 +3,16 @@ generated project's own `tools/broker.py`: no mocks anywhere."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from reference import (
@@ -19,6 +22,7 @@ from reference import (
     zone_boroughs,
 )
 from support import (
+    SASL_PASSWORD,
     assert_metrics_match_progress_log,
     assert_progress_log,
     bundled_lines,
@@ -29,7 +33,9 @@ from support import (
     point_at_broker,
     progress_records,
     read_table,
+    read_topics,
     run,
+    secure_kafka,
     start_continuous_kafka_run,
     unix_time,
 )
@@ -354,3 +360,181 @@ def test_wrong_connector_version_stops_the_run_before_any_stream(
     assert "org.apache.spark:spark-sql-kafka-0-10_2.13:" in output
     assert "Started streaming query" not in output
     assert not (fresh_project / "data/checkpoints/bronze_trips").exists()
+
+
+# A message over Kafka's 1 MiB defaults, between two small ones.
+BIG_PAD = 2_000_000
+
+
+@pytest.mark.parametrize(
+    ("max_message_bytes", "topic_exists", "refused_by"),
+    [
+        pytest.param(None, False, "producer", id="default-limit"),
+        pytest.param(3_000_000, True, "brokers", id="raised-on-an-existing-topic"),
+        pytest.param(3_000_000, False, None, id="raised-on-a-new-topic"),
+    ],
+)
+def test_send_names_each_message_not_sent_and_watch_prints_only_records(  # noqa: PLR0913, PLR0917 (fixtures)
+    max_message_bytes,
+    topic_exists,
+    refused_by,
+    fresh_project,
+    project_bin,
+    broker,
+    monkeypatch,
+):
+    """`kedro streams send` over SASL_SSL with the pipelines' credentials
+    entry: a line too large is named with its line number and the limit
+    that refused it, the lines around it arrive, and the command exits 1;
+    `--max-message-bytes` raises the producer's limit (and a new topic's).
+    `watch` prints the messages on stdout, and nothing else."""
+    servers = secure_kafka(monkeypatch, broker, "SASL_SSL", mechanism="SCRAM-SHA-512")
+    topic, _ = point_at_broker(fresh_project, servers)
+    if topic_exists:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        admin.create_topics([NewTopic(topic, 1, replication_factor=1)])
+        admin.close()
+    small = [json.dumps({"device": "d1", "n": 1}), json.dumps({"device": "d2", "n": 2})]
+    big = json.dumps({"device": "d3", "pad": "x" * BIG_PAD})
+    # A blank line is no message, but counts in the line numbers.
+    (fresh_project / "messages.jsonl").write_text(f"{small[0]}\n\n{big}\n{small[1]}\n")
+    options = (
+        ["--max-message-bytes", str(max_message_bytes)] if max_message_bytes else []
+    )
+    kedro = project_bin / "kedro"
+    sent = run(
+        [
+            *(kedro, "streams", "send", "--env", "kafka", "--topic", topic),
+            *("--key", "device", "--partitions", "1", *options, "messages.jsonl"),
+        ],
+        cwd=fresh_project,
+        check=False,
+    )
+    size = len(big) + len("d3")  # value and key
+    not_sent = {
+        "producer": f"line 3: not sent: {size} bytes (key and value), too large "
+        "for the producer's max.request.size (1048576): raise it with "
+        "--max-message-bytes",
+        "brokers": f"line 3: not sent: {size} bytes (key and value), too large "
+        f"for topic {topic} (its max.message.bytes, 1048588): the brokers "
+        "refused it. Raise the topic's max.message.bytes (kafka-configs.sh "
+        f"--alter --entity-type topics --entity-name {topic} --add-config "
+        "max.message.bytes=N); --max-message-bytes raises the producer's limit, "
+        "and that of a topic it creates, only",
+    }
+    reported = [line for line in sent.stderr.splitlines() if line.startswith("line ")]
+    assert reported == ([not_sent[refused_by]] if refused_by else []), sent.stderr
+    arrived = [small[0], small[1]] if refused_by else [small[0], big, small[1]]
+    assert re.fullmatch(
+        f"Sent {len(arrived)} messages to {topic} at {servers} in [0-9.]+ s, "
+        f"{1 if refused_by else 0} not sent",
+        sent.stdout.splitlines()[-1],
+    ), sent.stdout
+    assert sent.returncode == (1 if refused_by else 0), sent.output
+
+    watched = run(
+        [kedro, "streams", "watch", "--env", "kafka", "--topic", topic]
+        + ["--idle-seconds", "5"],
+        cwd=fresh_project,
+    )
+    # stdout holds the records only: no banner, no log line.
+    assert watched.stdout.splitlines() == [
+        f"{json.loads(line)['device']}\t{line}" for line in arrived
+    ]
+    assert watched.stderr.splitlines()[-1] == f"{len(arrived)} messages on {topic}"
+    assert SASL_PASSWORD not in sent.output + watched.output
+
+
+AVRO_READING = {
+    "type": "record",
+    "name": "Reading",
+    "fields": [
+        {"name": "device", "type": "string"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "temperature_c", "type": ["null", "double"], "default": None},
+    ],
+}
+
+
+def test_watch_decodes_avro_and_the_helper_uses_the_pipelines_credentials(  # noqa: PLR0914, PLR0917 (fixtures; one story)
+    fresh_project, project_bin, plugin_tool, broker, schema_registry, monkeypatch
+):
+    """Over SASL_SSL with the pipelines' credentials entry: the docs'
+    `kafka_producer` / `kafka_consumer` example runs as written; `kedro
+    streams watch` on an Avro topic prints each record decoded through the
+    registry as one JSON line, and names each message that does not decode
+    on stderr, with its offset and reason."""
+    plugin_tool("kafka")  # the plugin's source on the path
+    registry_module = importlib.import_module("kedro_streaming.schema_registry")
+    servers = secure_kafka(monkeypatch, broker, "SASL_SSL", mechanism="SCRAM-SHA-512")
+    topic, _ = point_at_broker(fresh_project, servers)
+    url = schema_registry["url"]
+    with (fresh_project / "conf/kafka/globals.yml").open("a") as globals_file:
+        globals_file.write(f"  schema_registry_url: {url}\n")
+
+    docs = (fresh_project / "docs/kafka.md").read_text()
+    example = docs[docs.index("```python\nfrom kedro_streaming import kafka_") :]
+    example = example.removeprefix("```python\n").split("```")[0]
+    readings = f"readings-{topic}"
+    shown = run(
+        [project_bin / "python", "-c", example.replace('"readings"', f'"{readings}"')],
+        cwd=fresh_project,
+    )
+    assert shown.stdout == '0 d1 {"device": "d1", "temperature_c": 21.5}\n'
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    admin.create_topics([NewTopic(topic, 1, replication_factor=1)])
+    admin.close()
+    registry = registry_module.SchemaRegistry(url)
+    frame = registry_module.avro_framer(
+        registry, f"{topic}-value", json.dumps(AVRO_READING)
+    )
+    frame_key = registry_module.avro_framer(registry, f"{topic}-key", '"string"')
+    first = {"device": "d1", "at": 1767225600000, "temperature_c": 21.5}
+    second = {"device": "d2", "at": 1767225660000, "temperature_c": None}
+    unknown_id = b"\x00" + (987_654).to_bytes(4, "big") + b"\x02"
+    messages = [
+        (b"d1", frame(first)),
+        (frame_key("d2"), frame(second)),
+        (b"d3", b'{"device": "d3"}'),  # JSON, not Avro
+        (None, unknown_id),
+        (b"d4", None),  # a tombstone
+    ]
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all")
+    for key, value in messages:
+        producer.send(topic, key=key, value=value)
+    producer.flush()
+    producer.close()
+    timestamps = [m.timestamp for m in read_topics(broker.bootstrap_servers, [topic])]
+
+    watched = run(
+        [project_bin / "kedro", "streams", "watch", "--env", "kafka"]
+        + ["--topic", topic, "--idle-seconds", "5"],
+        cwd=fresh_project,
+        check=False,
+    )
+    assert watched.returncode == 1, watched.output
+
+    def line(offset: int, key, value) -> dict:
+        return {
+            "topic": topic,
+            "partition": 0,
+            "offset": offset,
+            "timestamp": timestamps[offset],
+            "key": key,
+            "value": value,
+        }
+
+    assert [json.loads(text) for text in watched.stdout.splitlines()] == [
+        line(0, "d1", {**first, "at": "2026-01-01T00:00:00+00:00"}),
+        line(1, "d2", {**second, "at": "2026-01-01T00:01:00+00:00"}),
+        line(4, "d4", None),
+    ]
+    assert watched.stderr.splitlines()[-3:] == [
+        f"not decoded: {topic} partition 0 offset 2: value not in Confluent's "
+        "wire format: magic byte 123, 0 expected",
+        f"not decoded: {topic} partition 0 offset 3: value unknown schema id "
+        f"987654: the schema registry at {url} has none",
+        f"5 messages on {topic}, 2 not decoded",
+    ]
+    assert SASL_PASSWORD not in shown.output + watched.output

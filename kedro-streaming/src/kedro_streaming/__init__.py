@@ -24,6 +24,8 @@ datasets, and its nodes may call ``check_expectations``:
   in every micro-batch.
 - ``Lookup``: a small static table (zones, currencies) as expressions, its
   rows found by key without a join, so no broadcast job per micro-batch.
+- ``kafka_producer``, ``kafka_consumer``: kafka-python clients for a
+  project's own code, with the brokers and credentials its pipelines use.
 - ``testing.StreamTest``: a node or pipeline run on chosen micro-batches
   (the ``stream_test`` pytest fixture of this distribution).
 - ``kedro streams ...``: status, validate, reset, optimize, vacuum, and the
@@ -50,6 +52,8 @@ _EXPORTS = {
     "StreamingQueryFailed": "errors",
     "Lookup": "lookup",
     "check_expectations": "expectations",
+    "kafka_consumer": "clients",
+    "kafka_producer": "clients",
     "parse_records": "records",
     "record_origin": "records",
     "StreamingQueryHooks": "queries",
@@ -67,6 +71,8 @@ __all__ = [
     "StreamingQueryHooks",
     "__version__",
     "check_expectations",
+    "kafka_consumer",
+    "kafka_producer",
     "parse_records",
     "record_origin",
     "spark_session",

@@ -8,6 +8,9 @@ readers by subject version, and to register a sink's schema::
     latest = registry.version("taxi-trips-value")   # RegisteredSchema
     registry.schema(latest.id)                        # its Avro text
 
+and, in Python, to frame records as producers do (``avro_framer``) and
+decode them as consumers do (``avro_reader``).
+
 Every failure is a ``StreamingConfigError`` naming the registry's address
 (without any password) and what to check. What a registry, or the proxy or
 load balancer in front of it, answers while it restarts or sheds load (HTTP
@@ -41,6 +44,7 @@ _TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 # once beats waiting.
 _TRANSIENT_ERRORS = (ConnectionResetError, http.client.RemoteDisconnected)
 _RETRY_WAITS = (0.25, 0.5, 1.0, 2.0)
+_FRAME_BYTES = 5  # Confluent's wire format: magic byte 0, a 4-byte schema id
 _NOT_THE_ROOT = (
     "{url} is not a schema registry's API root: it has no /subjects. Give the "
     "root of Confluent's API (Apicurio serves it under /apis/ccompat/v7)"
@@ -257,6 +261,49 @@ def avro_framer(registry: SchemaRegistry, subject: str, schema: str):
         return header + body.getvalue()
 
     return frame
+
+
+def avro_reader(registry: SchemaRegistry):
+    """Returns a function that decodes a message in Confluent's wire format
+    (bytes) into its record, with the writer schema its id names (looked up
+    once per id). For consumers in Python (tests, development tools).
+
+    A message that does not decode raises ValueError saying why; a registry
+    that does not answer, StreamingConfigError.
+    """
+    import fastavro  # noqa: PLC0415 - consumers only
+
+    parsed: dict[int, Any] = {}
+
+    def read(message: bytes) -> Any:
+        if len(message) < _FRAME_BYTES:
+            raise ValueError(
+                f"truncated frame: {len(message)} bytes, Confluent's wire format "
+                "has at least 5"
+            )
+        if message[0] != 0:
+            raise ValueError(
+                f"not in Confluent's wire format: magic byte {message[0]}, 0 expected"
+            )
+        schema_id = int.from_bytes(message[1:_FRAME_BYTES], "big")
+        if schema_id not in parsed:
+            schema = registry.schema(schema_id)
+            if schema is None:
+                raise ValueError(
+                    f"unknown schema id {schema_id}: the schema registry at "
+                    f"{registry.url} has none"
+                )
+            parsed[schema_id] = fastavro.parse_schema(json.loads(schema))
+        body = io.BytesIO(message[_FRAME_BYTES:])
+        try:
+            record = fastavro.schemaless_reader(body, parsed[schema_id])
+        except Exception:  # noqa: BLE001 - fastavro fails in many ways on bad bytes
+            record, body = None, None
+        if body is None or body.tell() != len(message) - _FRAME_BYTES:
+            raise ValueError(f"does not decode with its writer schema (id {schema_id})")
+        return record
+
+    return read
 
 
 class _Missing(Exception):

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from kafka.errors import KafkaError
 
+from ..errors import StreamingConfigError
+from ..schema_registry import SchemaRegistry, avro_reader
 from . import broker, kafka, registry, spark
 from .certificates import ensure_tls_files
 from .config import kafka_conf, project_config
@@ -38,38 +40,102 @@ from .processes import ProcessError, say, stop_recorded
 
 
 def run_send(args: argparse.Namespace) -> int:
+    """Sends each line; names each one not sent (by its line number), and
+    exits 1 if any was not."""
     servers, security = _kafka_client(args)
     lines = sys.stdin if str(args.file) == "-" else args.file.open(encoding="utf-8")
+    started = time.monotonic()
     with lines:
-        messages = (line.rstrip("\r\n") for line in lines if line.strip())
-        started = time.monotonic()
-        sent = kafka.send(
+        messages = (
+            (number, line.rstrip("\r\n"))
+            for number, line in enumerate(lines, 1)
+            if line.strip()
+        )
+        delivery = kafka.deliver(
             messages,
             servers,
             args.topic,
             rate=args.rate,
             partitions=args.partitions,
             key=kafka.json_field(args.key) if args.key else None,
+            max_message_bytes=args.max_message_bytes,
             **security,
         )
+    for number, reason in delivery.failed:
+        say(f"line {number}: not sent: {reason}", file=sys.stderr)
+    if delivery.stopped is not None:
+        say(
+            f"Sending stopped at line {delivery.stopped}: the lines after it were "
+            "not sent",
+            file=sys.stderr,
+        )
     say(
-        f"Sent {sent} messages to {args.topic} at {servers} "
-        f"in {time.monotonic() - started:.1f} s"
+        f"Sent {delivery.acknowledged} messages to {args.topic} at {servers} "
+        f"in {time.monotonic() - started:.1f} s, {len(delivery.failed)} not sent"
     )
-    return 0
+    return 1 if delivery.failed else 0
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    servers, security = _kafka_client(args)
-    seen = kafka.watch(servers, args.topic, args.idle_seconds, **security)
-    say(f"{seen} messages on {args.topic}", file=sys.stderr)
-    return 0
+    """Prints the topic's messages: as ``key<TAB>value`` text, or decoded
+    from Avro as JSON lines (``--avro``, or a topic whose ``<topic>-value``
+    subject the env's registry has)."""
+    config = project_config(args.env)
+    servers, security = _kafka_client(args, config)
+    read = _avro_reader(args, config)
+    if read is None:
+        seen = kafka.watch(servers, args.topic, args.idle_seconds, **security)
+        say(f"{seen} messages on {args.topic}", file=sys.stderr)
+        return 0
+    seen, undecoded = kafka.watch_avro(
+        servers, args.topic, args.idle_seconds, read, **security
+    )
+    say(
+        f"{seen + undecoded} messages on {args.topic}, {undecoded} not decoded",
+        file=sys.stderr,
+    )
+    return 1 if undecoded else 0
 
 
-def _kafka_client(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+def _avro_reader(args: argparse.Namespace, config: dict):
+    """A decoder of Avro frames through ``kafka.schema_registry_url`` of
+    ``conf/<env>`` (its login: the ``schema_registry`` credentials entry, as
+    the catalog's ``avro`` options name it), or None to print text."""
+    if args.avro is False:
+        return None
+    address = (config["globals"].get("kafka") or {}).get("schema_registry_url")
+    if not address:
+        if args.avro:
+            raise ValueError(
+                f"--avro: conf/{args.env}/globals.yml sets no "
+                "kafka.schema_registry_url, the registry to decode with"
+            )
+        return None
+    login = config["credentials"].get("schema_registry") or {}
+    try:
+        registry = SchemaRegistry(address, login.get("username"), login.get("password"))
+        if args.avro is None and f"{args.topic}-value" not in registry.subjects():
+            return None
+    except StreamingConfigError as error:
+        if args.avro:
+            raise ValueError(str(error)) from None
+        say(f"Printing the values as text: {error}", file=sys.stderr)
+        return None
+    if args.avro is None:
+        say(
+            f"Decoding Avro through {registry.url} (it has subject "
+            f"{args.topic}-value; --no-avro prints the bytes as text)",
+            file=sys.stderr,
+        )
+    return avro_reader(registry)
+
+
+def _kafka_client(
+    args: argparse.Namespace, config: dict | None = None
+) -> tuple[str, dict[str, str]]:
     """The broker list (``--bootstrap-servers``, else ``kafka.bootstrap_servers``
     of ``conf/<env>/globals.yml``) and the ``kafka`` entry of its credentials."""
-    config = project_config(args.env)
+    config = config or project_config(args.env)
     servers = args.bootstrap_servers or (config["globals"].get("kafka") or {}).get(
         "bootstrap_servers"
     )
@@ -414,10 +480,27 @@ def add_kafka_commands(tools) -> None:
     send.add_argument(
         "--partitions", type=int, default=2, help="partitions of a new topic"
     )
-    watch = tools.add_parser("watch", help="print a topic's messages (key, value)")
+    send.add_argument(
+        "--max-message-bytes",
+        type=int,
+        metavar="N",
+        help="the largest message sent (the producer's max.request.size, "
+        f"default {kafka.MAX_REQUEST_SIZE}), and of a new topic "
+        "(its max.message.bytes)",
+    )
+    watch = tools.add_parser(
+        "watch", help="print a topic's messages (key<TAB>value, or Avro as JSON)"
+    )
     watch.set_defaults(run=run_watch)
     watch.add_argument(
         "--idle-seconds", type=float, default=0.0, help="stop after this long idle"
+    )
+    watch.add_argument(
+        "--avro",
+        action=argparse.BooleanOptionalAction,
+        help="decode Avro in Confluent's wire format through "
+        "kafka.schema_registry_url, one JSON line per message (default: when "
+        "the registry has the subject <topic>-value)",
     )
     for command in (send, watch):
         command.add_argument("--topic", required=True)

@@ -11,12 +11,45 @@ from typing import Any
 from kedro.config import MissingConfigException
 
 
-def project_config(env: str) -> dict[str, Any]:
+def project_config(env: str, project_path: Path | None = None) -> dict[str, Any]:
     """The ``globals``, ``credentials`` and ``spark`` settings of ``conf/<env>``.
 
     Read as ``kedro run --env <env>`` reads them: with the project's
     ``settings.py`` (its resolvers included) and ``conf/base`` beneath.
+    The project is the working directory unless ``project_path`` is given.
     """
+    with warnings.catch_warnings():
+        # Kedro registers its resolvers with an API newer omegaconf deprecates.
+        warnings.simplefilter("ignore", UserWarning)
+        metadata, loader = _config_loader(env, project_path)
+        config: dict[str, Any] = {"package_name": metadata.package_name}
+        for key in ("globals", "credentials", "spark"):
+            try:
+                config[key] = loader[key] or {}
+            except MissingConfigException:  # e.g. an environment without secrets
+                config[key] = {}
+    return config
+
+
+def project_catalog(env: str, project_path: Path | None = None):
+    """The catalog of ``conf/<env>``, as ``kedro run --env <env>`` builds it
+    (its datasets made, none loaded)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _, loader = _config_loader(env, project_path)
+        try:
+            credentials = loader["credentials"]
+        except MissingConfigException:
+            credentials = {}
+        from kedro.framework.project import settings  # noqa: PLC0415 (see below)
+
+        return settings.DATA_CATALOG_CLASS.from_config(
+            catalog=loader["catalog"], credentials=credentials
+        )
+
+
+def _config_loader(env: str, project_path: Path | None):
+    """The project's metadata and its config loader for ``conf/<env>``."""
     # Imported here: importing Kedro's project module sets up its logging, and
     # says so on stdout, which holds only the commands' results.
     with contextlib.redirect_stdout(sys.stderr):
@@ -25,22 +58,13 @@ def project_config(env: str) -> dict[str, Any]:
         )
         from kedro.framework.startup import bootstrap_project  # noqa: PLC0415
 
-    with warnings.catch_warnings():
-        # Kedro registers its resolvers with an API newer omegaconf deprecates.
-        warnings.simplefilter("ignore", UserWarning)
-        metadata = bootstrap_project(Path.cwd())
-        loader = project_settings.CONFIG_LOADER_CLASS(
-            conf_source=str(metadata.project_path / project_settings.CONF_SOURCE),
-            env=env,
-            **project_settings.CONFIG_LOADER_ARGS,
-        )
-        config: dict[str, Any] = {"package_name": metadata.package_name}
-        for key in ("globals", "credentials", "spark"):
-            try:
-                config[key] = loader[key] or {}
-            except MissingConfigException:  # e.g. an environment without secrets
-                config[key] = {}
-    return config
+    metadata = bootstrap_project(Path(project_path or Path.cwd()))
+    loader = project_settings.CONFIG_LOADER_CLASS(
+        conf_source=str(metadata.project_path / project_settings.CONF_SOURCE),
+        env=env,
+        **project_settings.CONFIG_LOADER_ARGS,
+    )
+    return metadata, loader
 
 
 def kafka_conf(env: str) -> tuple[dict[str, Any], dict[str, Any]]:

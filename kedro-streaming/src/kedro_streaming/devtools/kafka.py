@@ -4,22 +4,34 @@ project's Kafka credentials (``kedro streams send | watch``)."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import datetime
+import decimal
+import itertools
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+from kafka.errors import (
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    TopicAlreadyExistsError,
+)
 
 from ..errors import StreamingConfigError
 from ..security import KafkaSecurity, client_failure, kafka_python_logs
 
 
 def client_security(
-    credentials: dict[str, Any] | None, servers: str | None = None
+    credentials: dict[str, Any] | KafkaSecurity | None, servers: str | None = None
 ) -> dict[str, Any]:
     """kafka-python settings from a Kafka entry of credentials.yml, the same
     the project's Kafka datasets take (:mod:`kedro_streaming.security`).
@@ -27,7 +39,11 @@ def client_security(
     Given ``servers``, the connection is tried first: a certificate, store or
     protocol that does not work is a ValueError naming the cause.
     """
-    security = KafkaSecurity(credentials)
+    security = (
+        credentials
+        if isinstance(credentials, KafkaSecurity)
+        else KafkaSecurity(credentials)
+    )
     try:
         settings = security.kafka_python()
     except StreamingConfigError as error:  # a store that does not load
@@ -60,13 +76,25 @@ def json_field(name: str) -> Callable[[str], bytes | None]:
 
 
 def ensure_topic(
-    bootstrap_servers: str, topic: str, partitions: int, **security
+    bootstrap_servers: str,
+    topic: str,
+    partitions: int,
+    max_message_bytes: int | None = None,
+    **security,
 ) -> None:
-    """Creates ``topic`` unless it exists."""
+    """Creates ``topic`` unless it exists; ``max_message_bytes`` is then the
+    largest message it accepts (its ``max.message.bytes``)."""
+    configs = {"max.message.bytes": str(max_message_bytes)} if max_message_bytes else {}
     admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **security)
     try:
         if topic not in admin.list_topics():
-            admin.create_topics([NewTopic(topic, partitions, replication_factor=1)])
+            admin.create_topics(
+                [
+                    NewTopic(
+                        topic, partitions, replication_factor=1, topic_configs=configs
+                    )
+                ]
+            )
             sys.stderr.write(f"Created topic {topic} with {partitions} partitions.\n")
     except TopicAlreadyExistsError:
         pass
@@ -74,8 +102,46 @@ def ensure_topic(
         admin.close()
 
 
+@dataclass
+class Delivery:
+    """What :func:`deliver` did: how many messages the brokers acknowledged,
+    and each one not sent, as ``(number, reason)``."""
+
+    acknowledged: int = 0
+    failed: list[tuple[int, str]] = field(default_factory=list)
+    stopped: int | None = None
+    """The message at which sending stopped, the producer failing (its
+    reason in ``failed``): those after it were not sent."""
+
+
 def send(
-    messages: Iterator[str],
+    messages: Iterable[str],
+    bootstrap_servers: str,
+    topic: str,
+    **options,
+) -> int:
+    """Sends messages to ``topic``; returns how many were acknowledged.
+
+    Takes :func:`deliver`'s options; raises ValueError, after sending the
+    others, naming each message (by its position, from 1) not sent.
+    """
+    delivery = deliver(enumerate(messages, 1), bootstrap_servers, topic, **options)
+    problems = [f"message {number}: {reason}" for number, reason in delivery.failed]
+    if delivery.stopped is not None:
+        problems.append(
+            f"sending stopped at message {delivery.stopped}: those after it were "
+            "not sent"
+        )
+    if problems:
+        raise ValueError(
+            f"{len(delivery.failed)} messages not sent to {topic} "
+            f"({delivery.acknowledged} sent): " + "; ".join(problems)
+        )
+    return delivery.acknowledged
+
+
+def deliver(  # noqa: PLR0913 (the command's options)
+    messages: Iterable[tuple[int, str]],
     bootstrap_servers: str,
     topic: str,
     *,
@@ -84,12 +150,18 @@ def send(
     partitions: int = 2,
     key: Callable[[str], bytes | None] | None = None,
     value: Callable[[str], bytes] | None = None,
+    max_message_bytes: int | None = None,
     **security,
-) -> int:
-    """Sends messages to ``topic``; returns how many were acknowledged.
+) -> Delivery:
+    """Sends messages to ``topic``: each is acknowledged, or named with why not.
+
+    A message the producer or the brokers refuse (too large, say) does not
+    stop the others; a failure of the producer itself (no broker answers)
+    stops it, and :attr:`Delivery.stopped` says so.
 
     Args:
-        messages: The messages' values (JSON lines, say).
+        messages: ``(number, value)`` pairs: the number names the message
+            in a failure (a line number, say); the value is text (JSON lines).
         bootstrap_servers: The broker list, ``host:port[,host:port]``.
         topic: Created with ``partitions`` partitions if missing.
         rate: Messages per second; 0 sends as fast as possible.
@@ -97,45 +169,215 @@ def send(
         partitions: Partitions of a topic this call creates.
         key: The key of each message, from its value (none: no key).
         value: The bytes sent for each message (default: its UTF-8 text).
+        max_message_bytes: The largest message the producer sends (Kafka's
+            ``max.request.size``, 1 MiB by default), and the
+            ``max.message.bytes`` of a topic this call creates.
         **security: kafka-python security settings.
     """
-    ensure_topic(bootstrap_servers, topic, partitions, **security)
+    ensure_topic(bootstrap_servers, topic, partitions, max_message_bytes, **security)
+    limit = max_message_bytes or MAX_REQUEST_SIZE
     producer = KafkaProducer(
-        bootstrap_servers=bootstrap_servers, acks="all", linger_ms=20, **security
+        bootstrap_servers=bootstrap_servers,
+        acks="all",
+        linger_ms=20,
+        max_request_size=limit,
+        # A message must fit in the producer's buffer too.
+        buffer_memory=max(_BUFFER_MEMORY, 2 * limit),
+        **security,
     )
-    started, sent = time.monotonic(), 0
-    futures = []
+    delivery = Delivery()
     try:
-        for line in messages:
-            if count is not None and sent >= count:
-                break
-            futures.append(
-                producer.send(
-                    topic,
-                    key=key(line) if key else None,
-                    value=value(line) if value else line.encode(),
-                )
-            )
-            sent += 1
-            if rate > 0:
-                # Pace against the start, so that slow sends do not add up.
-                delay = started + sent / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+        if count is not None:
+            messages = itertools.islice(messages, count)
+        outcomes = _send_each(producer, topic, messages, delivery, key, value, rate)
         producer.flush()
     finally:
         producer.close()
-    acknowledged = sum(1 for future in futures if future.succeeded())
-    if acknowledged != sent:
-        raise RuntimeError(f"Only {acknowledged} of {sent} messages were acknowledged.")
-    return acknowledged
+    topic_limit = _TopicLimit(bootstrap_servers, topic, security)
+    for number, size, outcome in outcomes:
+        if isinstance(outcome, Exception):  # the producer's own refusal
+            delivery.failed.append((number, _refusal(outcome, size, limit)))
+        elif outcome.succeeded():
+            delivery.acknowledged += 1
+        else:
+            reason = _refusal(outcome.exception, size, limit, topic_limit)
+            delivery.failed.append((number, reason))
+    return delivery
+
+
+def _send_each(producer, topic, messages, delivery, key, value, rate) -> list:  # noqa: PLR0913, PLR0917
+    """Hands each message to ``producer``; returns, for each, its number,
+    its size and its future (or the producer's refusal)."""
+    outcomes: list[tuple[int, int, Any]] = []
+    started = time.monotonic()
+    for number, line in messages:
+        message_key = key(line) if key else None
+        message = value(line) if value else line.encode()
+        size = len(message) + len(message_key or b"")
+        try:
+            outcome = producer.send(topic, key=message_key, value=message)
+        except MessageSizeTooLargeError as error:
+            outcome = error  # this one only: the next may fit
+        except KafkaError as error:
+            outcomes.append((number, size, error))
+            delivery.stopped = number
+            break
+        outcomes.append((number, size, outcome))
+        if rate > 0:
+            # Pace against the start, so that slow sends do not add up.
+            delay = started + len(outcomes) / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    return outcomes
+
+
+MAX_REQUEST_SIZE = 1_048_576  # Kafka's default max.request.size
+_BUFFER_MEMORY = 33_554_432  # kafka-python's default buffer_memory
+
+
+class _TopicLimit:
+    """A topic's ``max.message.bytes``, asked of the brokers once if needed."""
+
+    def __init__(self, servers: str, topic: str, security: dict[str, Any]) -> None:
+        self.servers, self.topic, self.security = servers, topic, security
+        self._value: str | None = None
+
+    def __str__(self) -> str:
+        if self._value is None:
+            self._value = "?"
+            admin = KafkaAdminClient(bootstrap_servers=self.servers, **self.security)
+            try:
+                described = admin.describe_configs(
+                    [ConfigResource(ConfigResourceType.TOPIC, self.topic)],
+                    config_filter="all",
+                )
+                setting = described["topic"][self.topic]["max.message.bytes"]
+                self._value = str(setting["value"])
+            except (KafkaError, KeyError, TypeError, ValueError):
+                pass  # the refusal is still named, without the number
+            finally:
+                admin.close()
+        return self._value
+
+
+def _refusal(
+    error: Exception | None,
+    size: int,
+    limit: int,
+    topic_limit: _TopicLimit | None = None,
+) -> str:
+    """Why the producer (no ``topic_limit``) or the brokers did not take a
+    message, and what to change."""
+    sizes = f"{size} bytes (key and value), too large for"
+    if isinstance(error, MessageSizeTooLargeError) and topic_limit is None:
+        return (
+            f"{sizes} the producer's max.request.size ({limit}): raise it "
+            "with --max-message-bytes"
+        )
+    if topic_limit and isinstance(
+        error, MessageSizeTooLargeError | RecordListTooLargeError
+    ):
+        topic = topic_limit.topic
+        return (
+            f"{sizes} topic {topic} (its max.message.bytes, {topic_limit}): the "
+            "brokers refused it. Raise the topic's max.message.bytes "
+            f"(kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
+            "--add-config max.message.bytes=N); --max-message-bytes raises the "
+            "producer's limit, and that of a topic it creates, only"
+        )
+    return f"{type(error).__name__}: {error}"
 
 
 def watch(bootstrap_servers: str, topic: str, idle_seconds: float, **security) -> int:
-    """Prints every message of ``topic`` from the start; returns how many.
+    """Prints every message of ``topic`` from the start, as ``key<TAB>value``
+    text; returns how many.
 
     Stops after ``idle_seconds`` without a new message (0: never).
     """
+    seen = 0
+    with _consumer(bootstrap_servers, topic, idle_seconds, **security) as messages:
+        for message in messages:
+            key = message.key.decode() if message.key else ""
+            sys.stdout.write(f"{key}\t{message.value.decode(errors='replace')}\n")
+            sys.stdout.flush()
+            seen += 1
+    return seen
+
+
+def watch_avro(
+    bootstrap_servers: str,
+    topic: str,
+    idle_seconds: float,
+    read: Callable[[bytes], Any],
+    **security,
+) -> tuple[int, int]:
+    """Prints every message of ``topic`` from the start as a JSON line:
+    ``topic``, ``partition``, ``offset``, ``timestamp`` (epoch milliseconds),
+    ``key`` and ``value``, each decoded by ``read``
+    (:func:`~kedro_streaming.schema_registry.avro_reader`; a key only when it
+    is framed, else its text). A message that does not decode is named on
+    stderr, with its offset and why.
+
+    Returns:
+        How many messages were printed, and how many did not decode.
+    """
+    printed = undecoded = 0
+    with _consumer(bootstrap_servers, topic, idle_seconds, **security) as messages:
+        for message in messages:
+            try:
+                record = _decoded(message, read)
+            except ValueError as error:
+                undecoded += 1
+                sys.stderr.write(
+                    f"not decoded: {message.topic} partition {message.partition} "
+                    f"offset {message.offset}: {error}\n"
+                )
+                continue
+            sys.stdout.write(json.dumps(record, default=_json_value) + "\n")
+            sys.stdout.flush()
+            printed += 1
+    return printed, undecoded
+
+
+def _decoded(message, read: Callable[[bytes], Any]) -> dict[str, Any]:
+    key = message.key
+    if key is not None and key[:1] == b"\x00" and len(key) >= 5:
+        try:
+            key = read(key)
+        except ValueError as error:
+            raise ValueError(f"key {error}") from None
+    elif key is not None:
+        key = key.decode(errors="replace")
+    value = message.value
+    if value is not None:  # a tombstone stays null
+        try:
+            value = read(value)
+        except ValueError as error:
+            raise ValueError(f"value {error}") from None
+    return {
+        "topic": message.topic,
+        "partition": message.partition,
+        "offset": message.offset,
+        "timestamp": message.timestamp,
+        "key": key,
+        "value": value,
+    }
+
+
+def _json_value(value: Any) -> Any:
+    """What JSON has no type for: Avro's dates and times as ISO 8601 text,
+    decimals and UUIDs as text, bytes as base64."""
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} has no JSON form")
+
+
+@contextlib.contextmanager
+def _consumer(bootstrap_servers: str, topic: str, idle_seconds: float, **security):
     consumer = KafkaConsumer(
         topic,
         bootstrap_servers=bootstrap_servers,
@@ -146,13 +388,7 @@ def watch(bootstrap_servers: str, topic: str, idle_seconds: float, **security) -
         else float("inf"),
         **security,
     )
-    seen = 0
     try:
-        for message in consumer:
-            key = message.key.decode() if message.key else ""
-            sys.stdout.write(f"{key}\t{message.value.decode(errors='replace')}\n")
-            sys.stdout.flush()
-            seen += 1
+        yield consumer
     finally:
         consumer.close()
-    return seen
