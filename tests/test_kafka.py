@@ -476,15 +476,15 @@ def test_watch_decodes_avro_and_the_helper_uses_the_pipelines_credentials(  # no
     example = docs[docs.index("```python\nfrom kedro_streaming import kafka_") :]
     example = example.removeprefix("```python\n").split("```")[0]
     readings = f"readings-{topic}"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    admin.create_topics([NewTopic(name, 1, 1) for name in (readings, topic)])
+    admin.close()
     shown = run(
         [project_bin / "python", "-c", example.replace('"readings"', f'"{readings}"')],
         cwd=fresh_project,
     )
     assert shown.stdout == '0 d1 {"device": "d1", "temperature_c": 21.5}\n'
 
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
-    admin.create_topics([NewTopic(topic, 1, replication_factor=1)])
-    admin.close()
     registry = registry_module.SchemaRegistry(url)
     frame = registry_module.avro_framer(
         registry, f"{topic}-value", json.dumps(AVRO_READING)

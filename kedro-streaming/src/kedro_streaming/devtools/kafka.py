@@ -181,8 +181,10 @@ def deliver(  # noqa: PLR0913 (the command's options)
         acks="all",
         linger_ms=20,
         max_request_size=limit,
-        # A message must fit in the producer's buffer too.
-        buffer_memory=max(_BUFFER_MEMORY, 2 * limit),
+        # An idempotent producer takes a refused message as fatal, and drops
+        # every message after it: here each message fails on its own.
+        enable_idempotence=False,
+        max_in_flight_requests_per_connection=1,  # in order, retries too
         **security,
     )
     delivery = Delivery()
@@ -232,7 +234,6 @@ def _send_each(producer, topic, messages, delivery, key, value, rate) -> list:  
 
 
 MAX_REQUEST_SIZE = 1_048_576  # Kafka's default max.request.size
-_BUFFER_MEMORY = 33_554_432  # kafka-python's default buffer_memory
 
 
 class _TopicLimit:
@@ -244,7 +245,7 @@ class _TopicLimit:
 
     def __str__(self) -> str:
         if self._value is None:
-            self._value = "?"
+            self._value = "its max.message.bytes"
             admin = KafkaAdminClient(bootstrap_servers=self.servers, **self.security)
             try:
                 described = admin.describe_configs(
@@ -252,7 +253,7 @@ class _TopicLimit:
                     config_filter="all",
                 )
                 setting = described["topic"][self.topic]["max.message.bytes"]
-                self._value = str(setting["value"])
+                self._value = f"its max.message.bytes, {setting['value']}"
             except (KafkaError, KeyError, TypeError, ValueError):
                 pass  # the refusal is still named, without the number
             finally:
@@ -279,7 +280,7 @@ def _refusal(
     ):
         topic = topic_limit.topic
         return (
-            f"{sizes} topic {topic} (its max.message.bytes, {topic_limit}): the "
+            f"{sizes} topic {topic} ({topic_limit}): the "
             "brokers refused it. Raise the topic's max.message.bytes "
             f"(kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
             "--add-config max.message.bytes=N); --max-message-bytes raises the "
@@ -297,8 +298,9 @@ def watch(bootstrap_servers: str, topic: str, idle_seconds: float, **security) -
     seen = 0
     with _consumer(bootstrap_servers, topic, idle_seconds, **security) as messages:
         for message in messages:
-            key = message.key.decode() if message.key else ""
-            sys.stdout.write(f"{key}\t{message.value.decode(errors='replace')}\n")
+            key = (message.key or b"").decode(errors="replace")
+            value = (message.value or b"").decode(errors="replace")  # or a tombstone
+            sys.stdout.write(f"{key}\t{value}\n")
             sys.stdout.flush()
             seen += 1
     return seen
