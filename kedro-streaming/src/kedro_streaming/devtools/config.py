@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -50,9 +52,7 @@ def project_catalog(env: str, project_path: Path | None = None):
 
 def _config_loader(env: str, project_path: Path | None):
     """The project's metadata and its config loader for ``conf/<env>``."""
-    # Imported here: importing Kedro's project module sets up its logging, and
-    # says so on stdout, which holds only the commands' results.
-    with contextlib.redirect_stdout(sys.stderr):
+    with _callers_logging():
         from kedro.framework.project import (  # noqa: PLC0415
             settings as project_settings,
         )
@@ -88,3 +88,27 @@ def input_root(env: str) -> Path:
             "only; copy the files there with your storage's own tools"
         )
     return Path(root.removeprefix("file://"))
+
+
+@contextlib.contextmanager
+def _callers_logging():
+    """Imports Kedro's project module, if not yet imported, without the
+    logging configuration it applies then (the project's logging.yml: rich
+    on stdout, where the dev tools print their results only, and where a
+    script's own output goes): the caller's logging stays as it was."""
+    if "kedro.framework.project" in sys.modules:  # Kedro's CLI: already set up
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="kedro-streaming-") as folder:
+        unchanged = Path(folder) / "logging.yml"
+        unchanged.write_text("version: 1\ndisable_existing_loggers: false\n")
+        previous = os.environ.get("KEDRO_LOGGING_CONFIG")
+        os.environ["KEDRO_LOGGING_CONFIG"] = str(unchanged)
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                yield
+        finally:
+            if previous is None:
+                os.environ.pop("KEDRO_LOGGING_CONFIG")
+            else:
+                os.environ["KEDRO_LOGGING_CONFIG"] = previous
