@@ -507,6 +507,8 @@ def test_watch_decodes_avro_and_the_helper_uses_the_pipelines_credentials(  # no
         (b"d3", b'{"device": "d3"}'),  # JSON, not Avro
         (None, unknown_id),
         (b"d4", None),  # a tombstone
+        (b"d5", b"\x00\x01"),
+        (b"d6", frame(first)[:5] + b"\xff"),  # a string longer than the rest
     ]
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all")
     for key, value in messages:
@@ -538,11 +540,14 @@ def test_watch_decodes_avro_and_the_helper_uses_the_pipelines_credentials(  # no
         line(1, "d2", {**second, "at": "2026-01-01T00:01:00+00:00"}),
         line(4, "d4", None),
     ]
-    assert watched.stderr.splitlines()[-3:] == [
-        f"not decoded: {topic} partition 0 offset 2: value not in Confluent's "
-        "wire format: magic byte 123, 0 expected",
-        f"not decoded: {topic} partition 0 offset 3: value unknown schema id "
-        f"987654: the schema registry at {url} has none",
-        f"5 messages on {topic}, 2 not decoded",
-    ]
+    schema_id = int.from_bytes(frame(first)[1:5], "big")
+    assert watched.stderr.splitlines()[-5:] == [
+        f"not decoded: {topic} partition 0 offset {offset}: value: {reason}"
+        for offset, reason in [
+            (2, "not in Confluent's wire format: magic byte 123, 0 expected"),
+            (3, f"unknown schema id 987654: the schema registry at {url} has none"),
+            (5, "truncated frame: 2 bytes, Confluent's wire format has at least 5"),
+            (6, f"does not decode with its writer schema (id {schema_id})"),
+        ]
+    ] + [f"7 messages on {topic}, 4 not decoded"]
     assert SASL_PASSWORD not in shown.output + watched.output

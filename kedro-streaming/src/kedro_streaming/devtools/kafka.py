@@ -347,7 +347,7 @@ def _decoded(message, read: Callable[[bytes], Any]) -> dict[str, Any]:
         try:
             key = read(key)
         except ValueError as error:
-            raise ValueError(f"key {error}") from None
+            raise ValueError(f"key: {error}") from None
     elif key is not None:
         key = key.decode(errors="replace")
     value = message.value
@@ -355,7 +355,7 @@ def _decoded(message, read: Callable[[bytes], Any]) -> dict[str, Any]:
         try:
             value = read(value)
         except ValueError as error:
-            raise ValueError(f"value {error}") from None
+            raise ValueError(f"value: {error}") from None
     return {
         "topic": message.topic,
         "partition": message.partition,
