@@ -328,7 +328,7 @@ def watch_avro(
         for message in messages:
             try:
                 record = _decoded(message, read)
-            except ValueError as error:
+            except _Undecodable as error:
                 undecoded += 1
                 sys.stderr.write(
                     f"not decoded: {message.topic} partition {message.partition} "
@@ -344,18 +344,11 @@ def watch_avro(
 def _decoded(message, read: Callable[[bytes], Any]) -> dict[str, Any]:
     key = message.key
     if key is not None and key[:1] == b"\x00" and len(key) >= 5:
-        try:
-            key = read(key)
-        except ValueError as error:
-            raise ValueError(f"key: {error}") from None
+        key = _read(read, key, "key")
     elif key is not None:
         key = key.decode(errors="replace")
-    value = message.value
-    if value is not None:  # a tombstone stays null
-        try:
-            value = read(value)
-        except ValueError as error:
-            raise ValueError(f"value: {error}") from None
+    # A tombstone stays null.
+    value = None if message.value is None else _read(read, message.value, "value")
     return {
         "topic": message.topic,
         "partition": message.partition,
@@ -364,6 +357,19 @@ def _decoded(message, read: Callable[[bytes], Any]) -> dict[str, Any]:
         "key": key,
         "value": value,
     }
+
+
+class _Undecodable(ValueError):
+    """A message's key or value that does not decode (the message says why)."""
+
+
+def _read(read: Callable[[bytes], Any], data: bytes, part: str) -> Any:
+    try:
+        return read(data)
+    except StreamingConfigError:
+        raise  # the registry does not answer: no message is to blame
+    except ValueError as error:
+        raise _Undecodable(f"{part}: {error}") from None
 
 
 def _json_value(value: Any) -> Any:
