@@ -279,12 +279,11 @@ def counted(frame):
     return frame.groupBy("id").count()
 
 
-# A second node that cannot start its query: the node, the sink's catalog
-# entry, then the problem's line (Spark's reason after the node's name).
+# A second node that cannot start its query, and the problem's line (Spark's
+# reason after the node's name).
 BROKEN_SECOND_NODES = {
     "invalid watermark delay from a parameter": (
         node(watermarked, ["in", "params:delay"], "second", name="b_watermark"),
-        sink("second"),
         "query second: node b_watermark fails: [CANNOT_PARSE_INTERVAL] Unable to "
         "parse '10 minuets'. Please ensure that the value provided is in a valid "
         "format for defining an interval. You can reference the documentation for "
@@ -294,7 +293,6 @@ BROKEN_SECOND_NODES = {
     ),
     "aggregation without watermark in append mode": (
         node(counted, "in", "second", name="b_count"),
-        sink("second"),
         "query second (node b_count): [STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION] "
         "Invalid streaming output mode: append. This output mode is not supported "
         "for streaming aggregations without watermark on streaming DataFrames/"
@@ -308,12 +306,23 @@ def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
     """`kedro run` builds every query before the first starts, as `validate`
     does: the first query would start and write its checkpoint, then the
     second node fail with a long trace."""
-    second, second_sink, line = BROKEN_SECOND_NODES[case]
+    second, line = BROKEN_SECOND_NODES[case]
+    here = Path.cwd()  # absolute: Spark's relative paths start where it started
     catalog = DataCatalog.from_config(
         {
-            "in": {**SOURCE, "load_args": {"schema": "id INT, at TIMESTAMP"}},
-            "first": sink("first"),
-            "second": second_sink,
+            "in": {
+                **SOURCE,
+                "filepath": str(here / "in"),
+                "load_args": {"schema": "id INT, at TIMESTAMP"},
+            },
+            **{
+                name: {
+                    **sink(name),
+                    "filepath": str(here / name),
+                    "save_args": {"checkpoint": str(here / "checkpoints" / name)},
+                }
+                for name in ("first", "second")
+            },
         },
     )
     catalog["params:delay"] = "10 minuets"
@@ -337,8 +346,7 @@ def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
         f"(`kedro streams validate` lists the same):\n  - {line}"
     )
     assert catalog["first"].query is None
-    assert not Path("data/checkpoints/first").exists()
-    assert not Path("first").exists()
+    assert sorted(path.name for path in here.iterdir()) == ["in"]
 
 
 def test_relative_paths_are_refused_when_spark_is_elsewhere():
