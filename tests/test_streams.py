@@ -214,10 +214,12 @@ def test_validate_names_each_broken_query_and_writes_nothing(
     # `kedro run` makes the same dry run first: that line, and nothing starts.
     ran = kedro_run(project_bin, fresh_project, check=False)
     assert ran.returncode == 1
-    assert ran.stderr.strip().startswith(
+    # What the terminal shows after Spark's own start lines: this, and no trace.
+    got = ran.stderr[ran.stderr.find("StreamingConfigError:") :].strip()
+    assert got == (
         "StreamingConfigError: Streaming queries cannot start as the pipeline's "
         "nodes build them (`kedro streams validate` lists the same):\n"
-        f"  - {refused}"
+        f"  - {refused} SQLSTATE: 42KDE"
     ), ran.output[-3000:]
     assert "Traceback" not in ran.output
     assert "Started streaming query" not in ran.output

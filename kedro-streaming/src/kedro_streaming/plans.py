@@ -56,7 +56,8 @@ def build_plans(
     pipeline: Pipeline,
     sinks: dict[str, SparkStreamingDataset],
 ) -> Plans:
-    """Runs ``pipeline``'s nodes on dry inputs and checks each sink's DataFrame.
+    """Runs the nodes that make ``sinks`` on dry inputs and checks each
+    sink's DataFrame; other nodes (a batch report after them) do not run.
 
     A node that fails is reported with the queries it belongs to; the nodes
     after it are skipped (their inputs are missing).
@@ -65,7 +66,8 @@ def build_plans(
     frames: dict[str, Any] = {}
     failed: set[str] = set()
     standing: set[str] = set()  # DataFrames built on a stand-in
-    for node in pipeline.nodes:  # in the order Kedro runs them
+    needed = pipeline.to_outputs(*sinks).nodes if sinks else []
+    for node in needed:  # in the order Kedro runs them
         if failed & set(node.inputs):
             failed |= set(node.outputs)
             continue
