@@ -241,7 +241,10 @@ def test_delta_package_must_be_built_for_the_running_spark(spark_version):
 
 
 def test_a_metrics_port_taken_or_not_a_port_fails_before_any_query_starts(spark):
-    catalog = DataCatalog.from_config({"in": SOURCE, "out": sink("out")})
+    # Absolute: the queries' plans are built first, and Spark's relative
+    # paths start where it started.
+    source = {**SOURCE, "filepath": str(Path("in").resolve())}
+    catalog = DataCatalog.from_config({"in": source, "out": sink("out")})
     nodes = pipeline([node(lambda frame: frame, "in", "out")])
     with socket.socket() as taken:  # as by another run
         taken.bind(("127.0.0.1", 0))
