@@ -95,6 +95,11 @@ WRONG_TRIGGER = (
     "checkpoint: ${globals:output_root}/checkpoints/checked_records\n"
     "    trigger: {processingTime: ten seconds}",
 )
+# How a run refuses the queries its nodes cannot build, before the first starts.
+NODES_FAIL = (
+    "StreamingConfigError: Streaming queries cannot start as the pipeline's "
+    "nodes build them (`kedro streams validate` lists the same):"
+)
 # (case, files edited, `kedro run` arguments, the message, whether Spark started)
 CASES = [
     (
@@ -222,9 +227,11 @@ CASES = [
             ]
         },
         ["--pipelines", "records"],
-        # parse_records names the schema and where to fix it, then Spark's reason.
-        "StreamingConfigError: The record schema 'device STRING NOT NULL, at "
-        "TIMESTAMP, temperature_c DOUBEL' is not Spark SQL DDL: …",
+        # parse_records names the schema and where to fix it, then Spark's
+        # reason; refused by the dry run of every query before the first starts.
+        f"{NODES_FAIL}\n  - query checked_records: node parse_records fails: The "
+        "record schema 'device STRING NOT NULL, at TIMESTAMP, temperature_c "
+        "DOUBEL' is not Spark SQL DDL: …",
         True,
     ),
     (
@@ -236,7 +243,8 @@ CASES = [
         },
         ["--pipelines", "records"],
         # Spark's own reason follows, with its suggestion of temperature_c.
-        "StreamingConfigError: expectation 'temperature_plausible' "
+        f"{NODES_FAIL}\n  - query checked_records: node check_records fails: "
+        "expectation 'temperature_plausible' "
         "(record_expectations, conf/base/parameters_expectations.yml): "
         "`temprature_c BETWEEN -50 AND 60` cannot be checked: "
         "[UNRESOLVED_COLUMN.WITH_SUGGESTION] …",

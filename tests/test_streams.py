@@ -204,24 +204,55 @@ def test_validate_names_each_broken_query_and_writes_nothing(
     result = streams(project_bin, fresh_project, "validate", check=False)
     output = " ".join(result.output.split())
     assert result.returncode != 0
-    assert (
-        "query hourly_borough_summary: [STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION]"
-        in output
+    refused = (
+        "query hourly_borough_summary (node summarise_hourly_by_borough): "
+        "[STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION] Invalid streaming output "
+        "mode: append. This output mode is not supported for streaming "
+        "aggregations without watermark on streaming DataFrames/DataSets."
     )
-    assert "aggregations without watermark" in output
+    assert refused in output
+    # `kedro run` makes the same dry run first: that line, and nothing starts.
+    ran = kedro_run(project_bin, fresh_project, check=False)
+    assert ran.returncode == 1
+    # What the terminal shows after Spark's own start lines: this, and no trace.
+    got = ran.stderr[ran.stderr.find("StreamingConfigError:") :].strip()
+    assert got == (
+        "StreamingConfigError: Streaming queries cannot start as the pipeline's "
+        "nodes build them (`kedro streams validate` lists the same):\n"
+        f"  - {refused} SQLSTATE: 42KDE"
+    ), ran.output[-3000:]
+    assert "Traceback" not in ran.output
+    assert "Started streaming query" not in ran.output
+    assert checkpoints(fresh_project) == []
+    assert not (fresh_project / "data/02_intermediate/bronze_trips").exists()
 
-    # A sink's plan builds, but its configuration is wrong: not called ok.
+    # Plans that build, but a sink's configuration is wrong, and an option of
+    # a source two nodes before bronze_trips' sink: neither query called ok.
     nodes.write_text(code)
+    (broken / "catalog.yml").write_text(
+        (broken / "catalog.yml").read_text() + "raw_trips:\n"
+        "  type: kedro_streaming.SparkStreamingDataset\n"
+        "  filepath: data/01_raw/trips_landing\n"
+        "  file_format: text\n"
+        "  load_args:\n"
+        "    maxBytesPerTriger: 1\n"
+    )
     result = streams(
         project_bin, fresh_project, "validate", "--env", "broken", check=False
     )
     assert result.returncode != 0
-    assert "query bronze_trips: ok" in result.stdout
+    assert "query bronze_trips: ok" not in result.stdout
+    assert "query quarantined_trips: ok" in result.stdout  # its sources are right
+    assert (
+        "query bronze_trips: its plan builds, but see the problem with "
+        "'raw_trips' below"
+    ) in result.stdout
     assert (
         "query hourly_borough_summary: its plan builds, but see the problem with "
         "'hourly_borough_summary' below"
     ) in result.stdout
-    assert "1 problem(s)" in result.output
+    assert "'raw_trips' `maxBytesPerTriger` in its load_args" in result.stderr
+    assert "2 problem(s)" in result.output
     assert checkpoints(fresh_project) == []
     assert not (fresh_project / "data/streams").exists()
 

@@ -11,8 +11,10 @@ from urllib.request import urlopen
 
 import pyspark
 import pytest
+from kedro.framework.hooks.manager import _create_hook_manager
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
+from kedro.runner import SequentialRunner
 from kedro_streaming import (
     SparkStreamingDataset,
     StreamingConfigError,
@@ -239,7 +241,10 @@ def test_delta_package_must_be_built_for_the_running_spark(spark_version):
 
 
 def test_a_metrics_port_taken_or_not_a_port_fails_before_any_query_starts(spark):
-    catalog = DataCatalog.from_config({"in": SOURCE, "out": sink("out")})
+    # Absolute: the queries' plans are built first, and Spark's relative
+    # paths start where it started.
+    source = {**SOURCE, "filepath": str(Path("in").resolve())}
+    catalog = DataCatalog.from_config({"in": source, "out": sink("out")})
     nodes = pipeline([node(lambda frame: frame, "in", "out")])
     with socket.socket() as taken:  # as by another run
         taken.bind(("127.0.0.1", 0))
@@ -267,6 +272,84 @@ def test_a_stream_without_a_sink_fails_before_any_query_starts():
     hooks = StreamingQueryHooks()
     with pytest.raises(StreamingConfigError, match="No sink for 'live_summary'"):
         hooks.before_pipeline_run({}, nodes, catalog)
+
+
+def watermarked(frame, delay):
+    return frame.withWatermark("at", delay)
+
+
+def counted(frame):
+    return frame.groupBy("id").count()
+
+
+# A second node that cannot start its query, and the problem's line (Spark's
+# reason after the node's name).
+BROKEN_SECOND_NODES = {
+    "invalid watermark delay from a parameter": (
+        node(watermarked, ["in", "params:delay"], "second", name="b_watermark"),
+        "query second: node b_watermark fails: [CANNOT_PARSE_INTERVAL] Unable to "
+        "parse '10 minuets'. Please ensure that the value provided is in a valid "
+        "format for defining an interval. You can reference the documentation for "
+        "the correct format. If the issue persists, please double check that the "
+        "input value is not null or empty and try again. SQLSTATE: 22006 (the "
+        "value of params:delay)",
+    ),
+    "aggregation without watermark in append mode": (
+        node(counted, "in", "second", name="b_count"),
+        "query second (node b_count): [STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION] "
+        "Invalid streaming output mode: append. This output mode is not supported "
+        "for streaming aggregations without watermark on streaming DataFrames/"
+        "DataSets. SQLSTATE: 42KDE",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_SECOND_NODES)
+def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
+    """`kedro run` builds every query before the first starts, as `validate`
+    does: the first query would start and write its checkpoint, then the
+    second node fail with a long trace."""
+    second, line = BROKEN_SECOND_NODES[case]
+    here = Path.cwd()  # absolute: Spark's relative paths start where it started
+    catalog = DataCatalog.from_config(
+        {
+            "in": {
+                **SOURCE,
+                "filepath": str(here / "in"),
+                "load_args": {"schema": "id INT, at TIMESTAMP"},
+            },
+            **{
+                name: {
+                    **sink(name),
+                    "filepath": str(here / name),
+                    "save_args": {"checkpoint": str(here / "checkpoints" / name)},
+                }
+                for name in ("first", "second")
+            },
+        },
+    )
+    catalog["params:delay"] = "10 minuets"
+    nodes = pipeline([node(lambda frame: frame, "in", "first", name="a_copy"), second])
+    hooks = StreamingQueryHooks()
+    hooks.after_context_created(
+        type("Context", (), {"config_loader": {"streaming": {"metrics_port": 0}}})
+    )
+    hook_manager = _create_hook_manager()
+    hook_manager.register(hooks)
+
+    with pytest.raises(StreamingConfigError) as error:
+        try:  # as KedroSession.run drives the hooks and the runner
+            hooks.before_pipeline_run({}, nodes, catalog)
+            SequentialRunner().run(nodes, catalog, hook_manager)
+        except Exception as failure:
+            hooks.on_pipeline_error(failure, {})
+            raise
+    assert str(error.value) == (
+        "Streaming queries cannot start as the pipeline's nodes build them "
+        f"(`kedro streams validate` lists the same):\n  - {line}"
+    )
+    assert catalog["first"].query is None
+    assert sorted(path.name for path in here.iterdir()) == ["in"]
 
 
 def test_relative_paths_are_refused_when_spark_is_elsewhere():

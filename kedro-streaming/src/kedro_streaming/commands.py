@@ -11,9 +11,8 @@ configuration; ``status`` and ``reset`` start no Spark.
 from __future__ import annotations
 
 import json
-import logging
 import sys
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -24,7 +23,6 @@ from kedro.framework.cli.utils import _split_params, env_option, split_string
 from kedro.framework.project import pipelines as registered_pipelines
 from kedro.framework.session import KedroSession
 from kedro.io import DataCatalog
-from kedro.io.core import DatasetError
 from kedro.pipeline import Pipeline
 
 from . import delta
@@ -35,14 +33,14 @@ from .checks import (
     check_run,
     check_runtime_params,
     fan_out,
-    headline,
     offsets_reader,
+    query_nodes,
     query_sources,
-    real_time_plan_problem,
     streaming_datasets,
 )
 from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError
+from .plans import build_plans
 from .progress import describe_expectations
 from .security import client_failure, kafka_python_logs
 from .session import spark_session
@@ -218,42 +216,22 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
     configuration_problems = len(problems)
     for line in fan_out(project.catalog, project.pipeline, list(project.sinks)):
         click.echo(f"note: {line}.")
-    frames: dict[str, Any] = {}
-    failed: set[str] = set()
-    for node in project.pipeline.nodes:
-        if failed & set(node.inputs):
-            failed |= set(node.outputs)
-            continue
-        try:
-            inputs = {name: _input(project, frames, name) for name in node.inputs}
-            with _quiet("kedro.pipeline.node"):  # the error is reported below
-                outputs = node.run(inputs)
-        except Exception as error:  # a node's own error, reported with its query
-            failed |= set(node.outputs)
-            queries = _queries_of(project, node.outputs) or node.outputs
-            problems.append(
-                f"query {', '.join(queries)}: node {node.name} fails: "
-                + headline(_configuration_cause(error))
-            )
-            continue
-        frames.update(outputs)
-        for name in sorted(set(outputs) & set(project.sinks)):
-            problem = _plan_problem(spark, project.sinks[name], outputs[name])
-            if problem:
-                problems.append(f"query {name}: {problem}")
-                continue
-            # A problem found before the plans may name this query's datasets.
-            named = [
-                dataset
-                for dataset in (name, *node.inputs)
-                if any(f"'{dataset}'" in p for p in problems[:configuration_problems])
-            ]
-            click.echo(
-                f"query {name}: its plan builds, but see the problem with "
-                f"{', '.join(map(repr, named))} below"
-                if named
-                else f"query {name}: ok"
-            )
+    plans = build_plans(spark, project.catalog, project.pipeline, project.sinks)
+    problems += plans.problems
+    earlier = problems[:configuration_problems]
+    for name in plans.frames:
+        # A problem found before the plans may name this query's datasets.
+        named = [
+            dataset
+            for dataset in _datasets_of(project, name)
+            if any(f"'{dataset}'" in problem for problem in earlier)
+        ]
+        click.echo(
+            f"query {name}: its plan builds, but see the problem with "
+            f"{', '.join(map(repr, named))} below"
+            if named
+            else f"query {name}: ok"
+        )
     if problems:
         for problem in problems:
             click.echo("- " + problem.replace("\n", "\n  "), err=True)
@@ -401,17 +379,6 @@ def _delta_tables(
     return {name: tables[name] for name in names} if names else tables
 
 
-@contextmanager
-def _quiet(logger_name: str):
-    logger = logging.getLogger(logger_name)
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def _checkpoint_state(checkpoint: str) -> dict[str, Any]:
     """The last committed batch, a started but uncommitted one, and offsets."""
     fs, root = fsspec.core.url_to_fs(checkpoint)
@@ -456,16 +423,23 @@ def _with_readers(project: _Project, names: set[str]) -> set[str]:
     return found
 
 
-def _queries_of(project: _Project, outputs: list[str]) -> list[str]:
-    """The sinks whose queries include any of ``outputs``."""
-    return [
-        sink
-        for sink in project.sinks
-        if any(
-            output in project.pipeline.to_outputs(sink).all_outputs()
-            for output in outputs
+def _datasets_of(project: _Project, sink: str) -> list[str]:
+    """The sink and every dataset its query's nodes read (its sources among
+    them), in the order the nodes run."""
+    names = set(query_nodes(project.catalog, project.pipeline, sink))
+    return list(
+        dict.fromkeys(
+            [
+                sink,
+                *(
+                    name
+                    for node in project.pipeline.nodes
+                    if node.name in names
+                    for name in node.inputs
+                ),
+            ]
         )
-    ]
+    )
 
 
 class _Unreadable(click.ClickException):
@@ -511,53 +485,6 @@ def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
     )
 
 
-def _input(project: _Project, frames: dict[str, Any], name: str) -> Any:
-    """A node's input for the dry run: a DataFrame built earlier in it; for a
-    sink of this run, a stream over it with that DataFrame's schema (or, while
-    the sink has no folder yet, the DataFrame itself: same columns, no write);
-    else the catalog's."""
-    if name in frames:
-        if name in project.sinks:
-            try:
-                return project.sinks[name].stream(schema=frames[name].schema)
-            except DatasetError:
-                return frames[name]
-        return frames[name]
-    return project.catalog.load(name)
-
-
-def _plan_problem(spark, dataset: SparkStreamingDataset, frame) -> str | None:
-    """What Spark would refuse when starting the sink's query, without starting it."""
-    try:
-        frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
-    except Exception as error:
-        return headline(error)
-    problems = dataset.data_problems(frame)
-    if problems:
-        return problems[0]
-    if dataset.real_time:
-        problem = real_time_plan_problem(frame, spark.version)
-        if problem:
-            return problem
-    mode = dataset.output_mode
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:  # Spark Connect: Spark checks the rest when the query starts
-        return None
-    modes = jvm.org.apache.spark.sql.streaming.OutputMode
-    try:
-        jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
-            frame._jdf.queryExecution().analyzed(),
-            {
-                "append": modes.Append,
-                "update": modes.Update,
-                "complete": modes.Complete,
-            }[mode](),
-        )
-    except Exception as error:
-        return headline(error)
-    return None
-
-
 # The development services keep their own command line (``devtools.cli``);
 # these commands hand it their arguments, so that both spell them alike.
 _PASS_THROUGH = {"ignore_unknown_options": True, "help_option_names": []}
@@ -570,18 +497,6 @@ def _service(name: str, help_text: str) -> None:
         from .devtools.cli import main  # noqa: PLC0415 (only when asked for)
 
         raise SystemExit(main([name, *_as_typed(name, arguments)]))
-
-
-def _configuration_cause(error: BaseException) -> BaseException:
-    """The configuration error behind ``error``, if any: Kedro wraps a
-    dataset's own in "Failed while loading data from dataset ...", with the
-    dataset's whole description."""
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, StreamingConfigError):
-            return cause
-        cause = cause.__cause__ or cause.__context__
-    return error
 
 
 def _as_typed(name: str, arguments: tuple[str, ...]) -> list[str]:

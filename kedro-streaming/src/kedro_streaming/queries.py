@@ -45,6 +45,7 @@ from .console import one_line_off_terminal, short_config_errors
 from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError, StreamingQueryFailed
 from .metrics import StreamMetrics
+from .plans import Plans, check_plans
 from .progress import ProgressLog, describe_expectations
 from .session import spark_session
 from .state import StreamState, streaming_settings
@@ -116,10 +117,17 @@ class StreamingQueryHooks:
         began = time.monotonic()
         check_run(spark, catalog, pipeline, self._settings, env=run_params.get("env"))
         sinks = streaming_datasets(catalog, pipeline.all_outputs())
-        self._register_avro_values(sinks)
+        # Every query built and checked before the first starts, as `validate`
+        # does: a node's mistake fails the run before anything is written.
+        planning = time.monotonic()
+        plans = check_plans(spark, catalog, pipeline, sinks)
+        planning = time.monotonic() - planning
+        self._register_avro_values(sinks, plans)
         logger.info(
-            "Checked the streaming configuration in %.2f s: %d sources, %d sinks.",
+            "Checked the streaming configuration in %.2f s (the queries' plans "
+            "%.2f s): %d sources, %d sinks.",
             checking + time.monotonic() - began,
+            planning,
             len(streaming_datasets(catalog, pipeline.inputs())),
             len(sinks),
         )
@@ -384,7 +392,9 @@ class StreamingQueryHooks:
         )
         return True
 
-    def _register_avro_values(self, sinks: dict[str, SparkStreamingDataset]) -> None:
+    def _register_avro_values(
+        self, sinks: dict[str, SparkStreamingDataset], plans: Plans
+    ) -> None:
         """Registers each Avro sink's value schemas before any query starts, so
         that a version the subject's compatibility refuses fails the run
         first. A sink whose sources have no history yet (a table this run
@@ -392,8 +402,11 @@ class StreamingQueryHooks:
         for name, dataset in sinks.items():
             if not dataset.writes_avro:
                 continue
+            # The dry run's DataFrame is the run's, unless it read a stand-in
+            # for a sink of this run: then as the run reads that sink.
+            frame = plans.frames.get(name) if name not in plans.stand_ins else None
             try:
-                frame = self._rebuild(name)
+                frame = frame if frame is not None else self._rebuild(name)
             except DatasetError:
                 continue
             try:

@@ -1,0 +1,267 @@
+"""Every streaming query of a run built before any starts: a dry run.
+
+The pipeline's nodes run on what the catalog loads, in the order Kedro runs
+them, and each sink's DataFrame is checked as Spark checks it when its query
+starts. ``kedro run`` does this before its first query starts, and ``kedro
+streams validate`` is this dry run: a node or parameter mistake is one line
+naming the node and its cause, and nothing has started.
+
+Nothing is written, no checkpoint is made and no offset is read: a streaming
+DataFrame reads nothing until its query starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from kedro.io import DataCatalog
+from kedro.io.core import DatasetError
+from kedro.pipeline import Pipeline
+from pyspark.sql import functions as F
+
+from .checks import headline, real_time_plan_problem
+from .dataset import SCHEMA_FREE_FORMATS, SparkStreamingDataset
+from .errors import StreamingConfigError
+
+# What a node's run logs itself, and each load: the dry run reports a
+# failure once, as its own line, and a real run's log shows its loads once.
+_QUIET_LOGGERS = ("kedro.pipeline.node", "kedro.io.data_catalog")
+
+
+@dataclass
+class Plans:
+    """The dry run's outcome.
+
+    Attributes:
+        frames: Each sink's DataFrame whose plan Spark would start, in the
+            order the nodes made them.
+        problems: One line per problem: ``query <sink>: node <node> fails:
+            <cause>``, or ``query <sink> (node <node>): <what Spark refuses>``.
+        stand_ins: The sinks among ``frames`` whose query reads a sink of this
+            run, which the dry run read as a stand-in (see ``_input``).
+    """
+
+    frames: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    stand_ins: set[str] = field(default_factory=set)
+
+
+def build_plans(
+    spark: Any,
+    catalog: DataCatalog,
+    pipeline: Pipeline,
+    sinks: dict[str, SparkStreamingDataset],
+) -> Plans:
+    """Runs the nodes that make ``sinks`` on dry inputs and checks each
+    sink's DataFrame; other nodes (a batch report after them) do not run.
+
+    A node that fails is reported with the queries it belongs to; the nodes
+    after it are skipped (their inputs are missing).
+    """
+    plans = Plans()
+    frames: dict[str, Any] = {}
+    failed: set[str] = set()
+    standing: set[str] = set()  # DataFrames built on a stand-in
+    needed = pipeline.to_outputs(*sinks).nodes if sinks else []
+    for node in needed:  # in the order Kedro runs them
+        if failed & set(node.inputs):
+            failed |= set(node.outputs)
+            continue
+        inputs: dict[str, Any] = {}
+        try:
+            with _quiet():
+                for name in node.inputs:
+                    inputs[name] = _input(spark, catalog, sinks, frames, name)
+                outputs = node.run(inputs)
+        except Exception as error:  # a node's own error, reported with its query
+            failed |= set(node.outputs)
+            queries = _queries_of(pipeline, sinks, node.outputs)
+            plans.problems.append(
+                f"query {', '.join(queries or node.outputs)}: node {node.name} "
+                f"fails: {node_failure(error, inputs)}"
+            )
+            continue
+        frames.update(outputs)
+        if any(name in standing or name in sinks for name in node.inputs):
+            standing |= set(outputs)
+        for name in sorted(set(outputs) & set(sinks)):
+            problem = sink_plan_problem(spark, sinks[name], outputs[name])
+            if problem:
+                plans.problems.append(f"query {name} (node {node.name}): {problem}")
+                continue
+            plans.frames[name] = outputs[name]
+            if name in standing:
+                plans.stand_ins.add(name)
+    return plans
+
+
+def check_plans(
+    spark: Any,
+    catalog: DataCatalog,
+    pipeline: Pipeline,
+    sinks: dict[str, SparkStreamingDataset],
+) -> Plans:
+    """``build_plans``, failing on any problem: one line each.
+
+    Raises:
+        StreamingConfigError: A query cannot start as its nodes build it.
+    """
+    plans = build_plans(spark, catalog, pipeline, sinks)
+    if plans.problems:
+        raise StreamingConfigError(
+            "Streaming queries cannot start as the pipeline's nodes build them "
+            "(`kedro streams validate` lists the same):\n"
+            + "\n".join(
+                "  - " + problem.replace("\n", "\n    ") for problem in plans.problems
+            )
+        )
+    return plans
+
+
+def sink_plan_problem(
+    spark: Any, dataset: SparkStreamingDataset, frame: Any
+) -> str | None:
+    """What Spark would refuse when starting the sink's query, without
+    starting it; ``None`` if nothing. Each check of a sink's DataFrame
+    belongs here: both ``kedro run`` and ``validate`` make it."""
+    try:
+        frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
+    except Exception as error:
+        return headline(error)
+    problems = dataset.data_problems(frame)
+    if problems:
+        return problems[0]
+    if dataset.real_time:
+        problem = real_time_plan_problem(frame, spark.version)
+        if problem:
+            return problem
+    return _output_mode_problem(spark, dataset.output_mode, frame)
+
+
+def _output_mode_problem(spark: Any, mode: str, frame: Any) -> str | None:
+    """What Spark's check of a streaming plan against its output mode (made
+    when a query starts) refuses; over Spark Connect Spark checks at start."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return None
+    checking = spark.conf.get("spark.sql.streaming.unsupportedOperationCheck", "true")
+    if checking.strip().lower() == "false":  # Spark would not check it either
+        return None
+    modes = jvm.org.apache.spark.sql.streaming.OutputMode
+    analysis = jvm.org.apache.spark.sql.catalyst.analysis
+    try:
+        analysis.UnsupportedOperationChecker.checkForStreaming(
+            frame._jdf.queryExecution().analyzed(),
+            {
+                "append": modes.Append,
+                "update": modes.Update,
+                "complete": modes.Complete,
+            }[mode](),
+        )
+    except Exception as error:
+        return headline(error)
+    return None
+
+
+def node_failure(error: BaseException, inputs: dict[str, Any]) -> str:
+    """A node's failure in one line: the configuration error behind it if
+    any, and the parameter whose value the message quotes."""
+    cause = headline(_configuration_cause(error))
+    named = [
+        key
+        for name, value in inputs.items()
+        if name.startswith("params:") or name == "parameters"
+        for key, leaf in _leaves(name, value)
+        if isinstance(leaf, str)
+        and len(leaf.strip()) > 2
+        and any(f"{quote}{leaf}{quote}" in cause for quote in "'\"`")
+    ]
+    if named:
+        cause += f" (the value of {', '.join(named)})"
+    return cause
+
+
+def _leaves(key: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """Each value of a parameter, by its dotted name (params:summary.watermark_delay)."""
+    if isinstance(value, dict):
+        for child, inner in value.items():
+            name = f"params:{child}" if key == "parameters" else f"{key}.{child}"
+            yield from _leaves(name, inner)
+    else:
+        yield key, value
+
+
+def _configuration_cause(error: BaseException) -> BaseException:
+    """The configuration error behind ``error``, if any; else the dataset's
+    own error behind Kedro's "Failed while loading data from dataset ...",
+    which quotes the dataset's whole description first."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, StreamingConfigError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(error, DatasetError) and error.__cause__ is not None:
+        return error.__cause__
+    return error
+
+
+def _input(
+    spark: Any,
+    catalog: DataCatalog,
+    sinks: dict[str, SparkStreamingDataset],
+    frames: dict[str, Any],
+    name: str,
+) -> Any:
+    """A node's input in the dry run: a DataFrame built earlier in it; for a
+    sink of this run, a stream over it as the run reads it once written
+    (while it has nothing yet, a stream with its DataFrame's columns and no
+    operators: the run reads files, not the writer's plan); else the
+    catalog's."""
+    if name not in frames:
+        return catalog.load(name)
+    if name not in sinks:
+        return frames[name]
+    dataset, frame = sinks[name], frames[name]
+    own_schema = dataset.file_format in SCHEMA_FREE_FORMATS
+    try:
+        return dataset.stream(schema=None if own_schema else frame.schema)
+    except DatasetError:
+        return _stream_like(spark, frame)
+
+
+def _stream_like(spark: Any, frame: Any) -> Any:
+    """A streaming DataFrame with ``frame``'s columns, nothing behind them."""
+    return (
+        spark.readStream.format("rate")
+        .load()
+        .select(
+            *(F.lit(None).cast(f.dataType).alias(f.name) for f in frame.schema.fields)
+        )
+    )
+
+
+def _queries_of(
+    pipeline: Pipeline, sinks: dict[str, SparkStreamingDataset], outputs: list[str]
+) -> list[str]:
+    """The sinks whose queries need any of ``outputs``, directly or through
+    other queries."""
+    return [
+        sink for sink in sinks if set(outputs) & pipeline.to_outputs(sink).all_outputs()
+    ]
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
