@@ -47,6 +47,9 @@ STATE_FILE = "registry.json"
 CONFLUENT_API = "/apis/ccompat/v7"
 DEFAULT_PORT = 8081  # Confluent's registry's
 JAVA_MINIMUM = 21
+GLOBAL_COMPATIBILITY = "BACKWARD"
+"""The compatibility of a subject with no rule of its own, unless one is set
+for the whole registry (``PUT /config``)."""
 
 
 class RegistryError(ProcessError):
@@ -193,6 +196,10 @@ def start(
         "-Dquarkus.otel.sdk.disabled=true",
         # Durable: the schemas in an H2 database file (the default is in memory).
         f"-Dapicurio.datasource.url=jdbc:h2:file:{data_dir / 'schemas'}",
+        # Confluent's registry's default, which Apicurio lacks (no rule lets
+        # any change through). A default only: a global rule set through the
+        # API (PUT /config), kept in the database, wins over it.
+        f"-Dapicurio.rules.global.compatibility={GLOBAL_COMPATIBILITY}",
         "-jar",
         str(app / "quarkus-run.jar"),
     ]
