@@ -46,6 +46,7 @@ from .errors import StreamingConfigError
 from .progress import describe_expectations
 from .security import client_failure, kafka_python_logs
 from .session import spark_session
+from .sink_schemas import check_sink_schema
 from .state import StreamState, streaming_settings
 
 pipelines_option = click.option(
@@ -238,7 +239,7 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
             continue
         frames.update(outputs)
         for name in sorted(set(outputs) & set(project.sinks)):
-            problem = _plan_problem(spark, project.sinks[name], outputs[name])
+            problem = _plan_problem(spark, project.sinks[name], outputs[name], name)
             if problem:
                 problems.append(f"query {name}: {problem}")
                 continue
@@ -526,8 +527,12 @@ def _input(project: _Project, frames: dict[str, Any], name: str) -> Any:
     return project.catalog.load(name)
 
 
-def _plan_problem(spark, dataset: SparkStreamingDataset, frame) -> str | None:
-    """What Spark would refuse when starting the sink's query, without starting it."""
+def _plan_problem(
+    spark, dataset: SparkStreamingDataset, frame, name: str
+) -> str | None:
+    """What Spark would refuse when starting the sink's query, without
+    starting it; a change of the sink's schema or state that cannot be
+    resumed. Columns it adds are noted."""
     try:
         frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
     except Exception as error:
@@ -542,7 +547,7 @@ def _plan_problem(spark, dataset: SparkStreamingDataset, frame) -> str | None:
     mode = dataset.output_mode
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:  # Spark Connect: Spark checks the rest when the query starts
-        return None
+        return _schema_problem(dataset, frame, name)
     modes = jvm.org.apache.spark.sql.streaming.OutputMode
     try:
         jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
@@ -555,7 +560,14 @@ def _plan_problem(spark, dataset: SparkStreamingDataset, frame) -> str | None:
         )
     except Exception as error:
         return headline(error)
-    return None
+    return _schema_problem(dataset, frame, name)
+
+
+def _schema_problem(dataset: SparkStreamingDataset, frame, name: str) -> str | None:
+    check = check_sink_schema(name, dataset, frame)
+    for note in check.notes:
+        click.echo(f"note: '{name}' {note}.")
+    return check.problems[0] if check.problems else None
 
 
 # The development services keep their own command line (``devtools.cli``);

@@ -47,6 +47,7 @@ from .errors import StreamingConfigError, StreamingQueryFailed
 from .metrics import StreamMetrics
 from .progress import ProgressLog, describe_expectations
 from .session import spark_session
+from .sink_schemas import check_sink_schema
 from .state import StreamState, streaming_settings
 
 logger = logging.getLogger(__name__)
@@ -149,6 +150,12 @@ class StreamingQueryHooks:
                 self._stop_all()
                 raise StreamingConfigError(f"'{dataset_name}': {problem}.")
         self._report_observations_once(dataset_name, data)
+        check = check_sink_schema(dataset_name, dataset, data)
+        if check.problems:
+            self._stop_all()
+            raise StreamingConfigError(f"'{dataset_name}' {check.problems[0]}.")
+        for note in check.notes:
+            logger.warning("'%s' %s.", dataset_name, note)
         try:
             query = dataset.start(
                 data, trigger=self._triggers[dataset_name], query_name=dataset_name
