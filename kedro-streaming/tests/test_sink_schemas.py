@@ -1,9 +1,11 @@
 """A sink's schema or state changed between runs: accepted with a line when
 a column is added, refused before the query starts otherwise."""
 
+import glob
 import json
 import logging
 
+import pandas as pd
 import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
@@ -116,8 +118,15 @@ def test_an_added_column_is_written_noted_and_read_with_the_old_rows(
     ]
     expected = [(1, 10, None), (2, 20, 200)]
     assert streamed_rows(spark, tmp_path) == expected
+    # The readers docs/operating.md shows: Spark's batch reader, and pandas.
     batch = spark.read.option("mergeSchema", "true").parquet(str(tmp_path / "out"))
     assert sorted(tuple(row) for row in batch.collect()) == expected
+    files = sorted(glob.glob(str(tmp_path / "out" / "*.parquet")))
+    frame = pd.concat(map(pd.read_parquet, files)).sort_values("id")
+    assert frame.astype(object).where(frame.notna(), None).to_dict("records") == [
+        {"id": 1, "fare": 10, "tip": None},
+        {"id": 2, "fare": 20, "tip": 200},
+    ]
 
     # validate's dry run notes it too, and calls the query ok.
     catalog = catalog_of(tmp_path, TRIPS)
