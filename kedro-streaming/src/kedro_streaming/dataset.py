@@ -557,7 +557,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 and self._path
                 and self._file_format not in SCHEMA_FREE_FORMATS
             ):
-                schema = self._written_schema() or self._committed_schema(spark)
+                # Read even when this process writes the sink: a folder
+                # without committed files has nothing to stream yet.
+                committed = self._committed_schema(spark)
+                schema = self._written_schema() or committed
             if schema is not None:
                 reader = reader.schema(schema)
             frame = reader.load(self._path) if self._path else reader.load()
