@@ -299,9 +299,9 @@ def planned_state_schemas(
         )
         return StructType.fromJson(json.loads(json_text))
 
-    def visit(node) -> None:
+    def visit(node, writer) -> None:
         name = node.getClass().getSimpleName()
-        if _is_stateful(node):
+        if writer.isInstance(node):
             keys = values = None
             if name in _STATEFUL_OPERATORS:
                 keys = schema(node.keyExpressions())
@@ -312,16 +312,20 @@ def planned_state_schemas(
             found.append((_KINDS.get(name, name), keys, values))
         children = node.children()
         for index in range(children.size()):
-            visit(children.apply(index))
+            visit(children.apply(index), writer)
 
     # A streaming Dataset's own executedPlan is refused outside a started
     # query; explain() plans it as a micro-batch would (Spark 4.2's method,
-    # public to the JVM; other lines: no state check).
+    # public to the JVM). Without it, or if the plan fails to build (the
+    # query's start then says why), there is no state check.
+    writer = _state_writer_class(jvm)
     try:
-        explained = jdf.queryExecution().queryExecutionForExplain()
+        plan = jdf.queryExecution().queryExecutionForExplain().executedPlan()
     except Py4JError:
         return None
-    visit(explained.executedPlan())
+    if writer is None:
+        return None
+    visit(plan, writer)
     return found
 
 
@@ -334,16 +338,18 @@ _KINDS = {
 }
 
 
-def _is_stateful(node) -> bool:
-    """Whether the plan node writes state: one of Spark's ``StateStoreWriter``
-    (a restore reads the state its save writes; the trait's package differs
-    between Spark lines)."""
-    pending = [node.getClass()]
-    while pending:
-        cls = pending.pop()
-        if cls is None:
+# Spark's trait of the operators that write state, by Spark line (4.2 moved
+# it); a restore only reads the state its save writes.
+_STATE_WRITERS = (
+    "org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreWriter",
+    "org.apache.spark.sql.execution.streaming.StateStoreWriter",
+)
+
+
+def _state_writer_class(jvm):
+    for name in _STATE_WRITERS:
+        try:
+            return jvm.java.lang.Class.forName(name)
+        except Py4JError:
             continue
-        if cls.getName().endswith(".StateStoreWriter"):
-            return True
-        pending += [*cls.getInterfaces(), cls.getSuperclass()]
-    return False
+    return None
