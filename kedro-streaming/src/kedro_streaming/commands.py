@@ -218,6 +218,8 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
         click.echo(f"note: {line}.")
     plans = build_plans(spark, project.catalog, project.pipeline, project.sinks)
     problems += plans.problems
+    for note in plans.notes:
+        click.echo(f"note: {note}.")
     earlier = problems[:configuration_problems]
     for name in plans.frames:
         # A problem found before the plans may name this query's datasets.

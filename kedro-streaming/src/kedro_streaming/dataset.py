@@ -28,6 +28,7 @@ from .errors import StreamingConfigError
 from .schema_registry import SchemaRegistry
 from .security import KafkaSecurity
 from .session import spark_session
+from .sink_schemas import SELF_DESCRIBING_FORMATS
 
 OUTPUT_MODES = ("append", "complete", "update")
 # Spark's file sinks only append; other output modes need a sink that can
@@ -217,6 +218,11 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
     def path(self) -> str | None:
         """The folder of a file source or sink, ``None`` for Kafka."""
         return self._path
+
+    @property
+    def partition_by(self) -> str | list[str] | None:
+        """The sink's ``partitionBy`` columns, if any."""
+        return self._partition_by
 
     def sink_problems(self) -> list[str]:
         """Says what keeps this dataset from being saved, before any query starts."""
@@ -534,7 +540,9 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         Without a ``schema`` (an argument, or the dataset's own), a folder takes
         the schema of its committed files: Spark's batch reader follows a file
         sink's ``_spark_metadata`` log, whereas streaming inference would also
-        open files of a batch still being written.
+        open files of a batch still being written. Parquet and ORC footers are
+        merged, so that a column added by a later run is read (null in older
+        files); a sink this process writes is read with the schema it writes.
         """
         spark = spark_session()
         reader = spark.readStream.format(self._file_format).options(
@@ -549,7 +557,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 and self._path
                 and self._file_format not in SCHEMA_FREE_FORMATS
             ):
-                schema = spark.read.format(self._file_format).load(self._path).schema
+                # Read even when this process writes the sink: a folder
+                # without committed files has nothing to stream yet.
+                committed = self._committed_schema(spark)
+                schema = self._written_schema() or committed
             if schema is not None:
                 reader = reader.schema(schema)
             frame = reader.load(self._path) if self._path else reader.load()
@@ -581,6 +592,22 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                     f"first{or_schema}."
                 ) from None
             raise
+
+    def _committed_schema(self, spark) -> StructType:
+        reader = spark.read.format(self._file_format)
+        if self._file_format in SELF_DESCRIBING_FORMATS:
+            reader = reader.option("mergeSchema", "true")
+        return reader.load(self._path).schema
+
+    def _written_schema(self) -> StructType | None:
+        """The schema of what this dataset's query writes, when this process
+        started one: it holds every committed column (``check_sink_schema``
+        refuses any other), and those the query adds."""
+        if self._started_from is None or self._file_format not in (
+            SELF_DESCRIBING_FORMATS
+        ):
+            return None
+        return self._started_from.schema
 
     def save(self, data: DataFrame) -> None:
         """Starts a streaming query that writes ``data``, unless one already does.
@@ -624,11 +651,14 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         observed = self.encode_values(data).observe(
             ROWS_WRITTEN_METRIC, F.count(F.lit(1)).alias("rows")
         )
-        writer = (
-            observed.writeStream.outputMode(self._output_mode)
-            .option("checkpointLocation", self._checkpoint)
-            .options(**self._writer_options, **self.kafka_options)
+        writer = observed.writeStream.outputMode(self._output_mode).option(
+            "checkpointLocation", self._checkpoint
         )
+        if self._file_format == DELTA_FORMAT:
+            # Columns the query adds (checked before it starts: nothing else
+            # changes) join the table's schema.
+            writer = writer.option("mergeSchema", "true")
+        writer = writer.options(**self._writer_options, **self.kafka_options)
         if self._file_format:
             writer = writer.format(self._file_format)
         query_name = query_name or self._query_name

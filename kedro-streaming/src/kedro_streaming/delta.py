@@ -164,8 +164,12 @@ def upsert_batches(
         spark.conf.set(_TXN_APP_ID, query_ids[checkpoint])
         spark.conf.set(_TXN_VERSION, str(batch_id))
         try:
+            # Columns the query adds (checked before it starts: nothing else
+            # changes) join the table's schema; without evolution, MERGE
+            # would drop them without a word.
             spark.sql(
-                f"MERGE INTO delta.`{path}` AS t USING {view} AS s ON {condition} "
+                f"MERGE WITH SCHEMA EVOLUTION INTO delta.`{path}` AS t USING {view} "
+                f"AS s ON {condition} "
                 "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
             )
         finally:

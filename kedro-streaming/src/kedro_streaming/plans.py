@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from .checks import headline, real_time_plan_problem
 from .dataset import SCHEMA_FREE_FORMATS, SparkStreamingDataset
 from .errors import StreamingConfigError
+from .sink_schemas import check_sink_schema
 
 # What a node's run logs itself, and each load: the dry run reports a
 # failure once, as its own line, and a real run's log shows its loads once.
@@ -43,11 +44,14 @@ class Plans:
             <cause>``, or ``query <sink> (node <node>): <what Spark refuses>``.
         stand_ins: The sinks among ``frames`` whose query reads a sink of this
             run, which the dry run read as a stand-in (see ``_input``).
+        notes: One line per change a query may make, to say before it starts
+            (a column a sink gains).
     """
 
     frames: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     stand_ins: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
 
 
 def build_plans(
@@ -89,7 +93,7 @@ def build_plans(
         if any(name in standing or name in sinks for name in node.inputs):
             standing |= set(outputs)
         for name in sorted(set(outputs) & set(sinks)):
-            problem = sink_plan_problem(spark, sinks[name], outputs[name])
+            problem = sink_plan_problem(spark, sinks[name], outputs[name], plans, name)
             if problem:
                 plans.problems.append(f"query {name} (node {node.name}): {problem}")
                 continue
@@ -123,11 +127,13 @@ def check_plans(
 
 
 def sink_plan_problem(
-    spark: Any, dataset: SparkStreamingDataset, frame: Any
+    spark: Any, dataset: SparkStreamingDataset, frame: Any, plans: Plans, name: str
 ) -> str | None:
     """What Spark would refuse when starting the sink's query, without
-    starting it; ``None`` if nothing. Each check of a sink's DataFrame
-    belongs here: both ``kedro run`` and ``validate`` make it."""
+    starting it, or a change of its sink's schema or state that cannot be
+    resumed; ``None`` if nothing (a change that can is noted in ``plans``).
+    Each check of a sink's DataFrame belongs here: both ``kedro run`` and
+    ``validate`` make it."""
     try:
         frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
     except Exception as error:
@@ -139,7 +145,12 @@ def sink_plan_problem(
         problem = real_time_plan_problem(frame, spark.version)
         if problem:
             return problem
-    return _output_mode_problem(spark, dataset.output_mode, frame)
+    problem = _output_mode_problem(spark, dataset.output_mode, frame)
+    if problem:
+        return problem
+    check = check_sink_schema(name, dataset, frame)
+    plans.notes += [f"'{name}' {note}" for note in check.notes]
+    return f"'{name}' {check.problems[0]}." if check.problems else None
 
 
 def _output_mode_problem(spark: Any, mode: str, frame: Any) -> str | None:

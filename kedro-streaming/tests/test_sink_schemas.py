@@ -1,0 +1,208 @@
+"""A sink's schema or state changed between runs: accepted with a line when
+a column is added, refused before the query starts otherwise."""
+
+import glob
+import json
+import logging
+
+import pandas as pd
+import pytest
+from kedro.io import DataCatalog
+from kedro.pipeline import node, pipeline
+from kedro_streaming import SparkStreamingDataset, StreamingConfigError
+from kedro_streaming.plans import build_plans
+from kedro_streaming.queries import StreamingQueryHooks
+from pyspark.sql import functions as F
+
+FIX = (
+    "`kedro streams reset out` (removes its table and checkpoint, and those of "
+    "the streams that read it: the next run writes them all again), or write "
+    "to a new table (another filepath and checkpoint)"
+)
+
+
+def catalog_of(tmp_path, schema: str) -> DataCatalog:
+    """A JSON landing folder `in` and a parquet sink `out`, as a new run's."""
+    return DataCatalog.from_config(
+        {
+            "in": {
+                "type": "kedro_streaming.SparkStreamingDataset",
+                "filepath": str(tmp_path / "in"),
+                "file_format": "json",
+                "load_args": {"schema": schema},
+            },
+            "out": {
+                "type": "kedro_streaming.SparkStreamingDataset",
+                "filepath": str(tmp_path / "out"),
+                "file_format": "parquet",
+                "save_args": {"checkpoint": str(tmp_path / "checkpoint")},
+            },
+        }
+    )
+
+
+def kedro_run(tmp_path, schema: str, function) -> DataCatalog:
+    """One bounded run of `in -> function -> out` through the hooks, as
+    `kedro run --params trigger=available_now` drives them."""
+    catalog = catalog_of(tmp_path, schema)
+    hooks = StreamingQueryHooks()
+    settings = {"trigger": "available_now", "state_dir": str(tmp_path / "streams")}
+    hooks.after_context_created(
+        type("Context", (), {"config_loader": {"streaming": settings}})()
+    )
+    nodes = one_node(function)
+    hooks.before_pipeline_run({}, nodes, catalog)
+    try:
+        hooks.before_dataset_saved("out", function(catalog.load("in")), nodes.nodes[0])
+    except Exception as error:
+        hooks.on_pipeline_error(error, {})
+        raise
+    hooks.after_pipeline_run({})
+    return catalog
+
+
+def one_node(function):
+    return pipeline([node(function, "in", "out", name="write")])
+
+
+def dry_run(spark, catalog: DataCatalog, function):
+    """What `kedro streams validate` (and `kedro run`, before any query
+    starts) finds: its notes and problems."""
+    plans = build_plans(spark, catalog, one_node(function), {"out": catalog["out"]})
+    return plans.notes, plans.problems
+
+
+def land(tmp_path, name: str, records: list[dict]) -> None:
+    (tmp_path / "in").mkdir(exist_ok=True)
+    (tmp_path / "in" / name).write_text(
+        "".join(json.dumps(record) + "\n" for record in records)
+    )
+
+
+def files_of(*folders) -> dict[str, int]:
+    """Every file below the folders, with its size and modification time."""
+    return {
+        str(path): (path.stat().st_size, path.stat().st_mtime_ns)
+        for folder in folders
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def streamed_rows(spark, tmp_path) -> list[tuple]:
+    """The sink read back as the next pipeline's stream does, to the end."""
+    source = SparkStreamingDataset(
+        filepath=str(tmp_path / "out"), file_format="parquet"
+    )
+    query = (
+        source.load()
+        .writeStream.format("memory")
+        .queryName("read_back")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    try:
+        return sorted(tuple(row) for row in spark.table("read_back").collect())
+    finally:
+        spark.catalog.dropTempView("read_back")
+
+
+TRIPS = "id INT, fare INT"
+
+
+def test_an_added_column_is_written_noted_and_read_with_the_old_rows(
+    spark, tmp_path, caplog
+):
+    land(tmp_path, "0.json", [{"id": 1, "fare": 10}])
+    kedro_run(tmp_path, TRIPS, lambda trips: trips)
+    land(tmp_path, "1.json", [{"id": 2, "fare": 20}])
+
+    with_tip = lambda trips: trips.withColumn("tip", F.col("fare") * 10)  # noqa: E731
+    with caplog.at_level(logging.INFO, logger="kedro_streaming"):
+        kedro_run(tmp_path, TRIPS, with_tip)
+    line = (
+        "'out' gains column tip (int): accepted (rows written before read it as null)."
+    )
+    assert [r.getMessage() for r in caplog.records if "gains" in r.getMessage()] == [
+        line
+    ]
+    expected = [(1, 10, None), (2, 20, 200)]
+    assert streamed_rows(spark, tmp_path) == expected
+    # The readers docs/operating.md shows: Spark's batch reader, and pandas.
+    batch = spark.read.option("mergeSchema", "true").parquet(str(tmp_path / "out"))
+    assert sorted(tuple(row) for row in batch.collect()) == expected
+    files = sorted(glob.glob(str(tmp_path / "out" / "*.parquet")))
+    frame = pd.concat(map(pd.read_parquet, files)).sort_values("id")
+    assert frame.astype(object).where(frame.notna(), None).to_dict("records") == [
+        {"id": 1, "fare": 10, "tip": None},
+        {"id": 2, "fare": 20, "tip": 200},
+    ]
+
+    # validate's dry run notes it too, and finds no problem.
+    assert dry_run(spark, catalog_of(tmp_path, TRIPS), with_tip) == ([line[:-1]], [])
+
+
+# Each change refused: the schema of `in`, the node of run 1, that of run 2,
+# and the one line that refuses run 2.
+def by_window(*keys):
+    return lambda trips: (
+        trips.withWatermark("at", "0 seconds")
+        .groupBy(F.window("at", "1 hour"), *keys)
+        .count()
+        .select(F.col("window.start").alias("hour"), "borough", "count")
+    )
+
+
+REFUSED = {
+    "retyped column": (
+        TRIPS,
+        lambda trips: trips,
+        lambda trips: trips.withColumn("fare", F.col("fare").cast("string")),
+        "'out' would no longer match its committed files: column fare was int, is "
+        "now string. Fix: keep the committed columns and types in the node that "
+        f"writes it, or {FIX}.",
+    ),
+    "removed column": (
+        TRIPS,
+        lambda trips: trips,
+        lambda trips: trips.select("id"),
+        "'out' would no longer match its committed files: column fare (int) is no "
+        "longer written. Fix: keep the committed columns and types in the node "
+        f"that writes it, or {FIX}.",
+    ),
+    "grouping key added": (
+        "at TIMESTAMP, borough STRING, zone STRING",
+        by_window("borough"),
+        by_window("borough", "zone"),
+        "'out' keeps state its checkpoint cannot resume: its aggregation "
+        "(operator 0) kept the state key (window "
+        "struct<start:timestamp,end:timestamp>, borough string), and would now "
+        "keep (window struct<start:timestamp,end:timestamp>, borough string, zone "
+        f"string). Fix: {FIX}.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
+def test_a_changed_schema_or_state_is_refused_before_the_query_starts(
+    spark, tmp_path, case
+):
+    schema, first, second, message = REFUSED[case]
+    record = {"id": 1, "fare": 10, "at": "2024-03-01 10:05:00", "borough": "Queens"}
+    land(tmp_path, "0.json", [{**record, "zone": "JFK"}])
+    kedro_run(tmp_path, schema, first)
+    land(tmp_path, "1.json", [{**record, "id": 2, "zone": "Astoria"}])
+    before = files_of(tmp_path / "out", tmp_path / "checkpoint")
+
+    with pytest.raises(StreamingConfigError) as error:
+        kedro_run(tmp_path, schema, second)
+    assert str(error.value) == (
+        "Streaming queries cannot start as the pipeline's nodes build them "
+        "(`kedro streams validate` lists the same):\n"
+        f"  - query out (node write): {message}"
+    )
+    assert files_of(tmp_path / "out", tmp_path / "checkpoint") == before
+    # validate's dry run refuses it with the same words.
+    problems = dry_run(spark, catalog_of(tmp_path, schema), second)[1]
+    assert problems == [f"query out (node write): {message}"]
