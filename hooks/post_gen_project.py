@@ -2,15 +2,21 @@
 of the chosen example, and its data, so that `pip install -r requirements.txt`
 and `kedro run` work at once."""
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from importlib import metadata
 from pathlib import Path
 
 # The plugin's source in the starter; the starter's root is its distribution.
-PLUGIN_SOURCE = "kedro-streaming/src/kedro_streaming"
+PLUGIN_DIR = "kedro-streaming"
+PLUGIN_SOURCE = f"{PLUGIN_DIR}/src/kedro_streaming"
+# Where a project made from a clone keeps the plugin's wheel (committed with it).
+WHEELS = "wheels"
 
 
 def plugin_version(starter: Path) -> str:
@@ -19,8 +25,9 @@ def plugin_version(starter: Path) -> str:
 
 
 def plugin_requirement(template: str, repo_dir: str, checkout: str) -> str:
-    """A PEP 508 requirement for the plugin of the starter the project came from:
-    the git URL at the checked-out tag (or commit), else the clone's folder."""
+    """A requirements line for the plugin of the starter the project came
+    from: the git URL at the checked-out tag (or commit), else its wheel,
+    built into the project's wheels/ (see `vendor_plugin`)."""
     if template.startswith("git+") or re.match(r"^(https?|ssh|git)://|^git@", template):
         url = template if template.startswith("git+") else f"git+{template}"
         ref = checkout if checkout not in ("", "None") else None
@@ -34,8 +41,58 @@ def plugin_requirement(template: str, repo_dir: str, checkout: str) -> str:
         return f"kedro-streaming @ {url}@{ref}"
     # The hook runs in the new project's folder: a relative starter path is
     # relative to where `kedro new` was typed, which the shell keeps in PWD.
-    starter = Path(os.environ.get("PWD", "."), repo_dir).resolve()
-    return f"kedro-streaming @ {starter.as_uri()}"
+    return vendor_plugin(Path(os.environ.get("PWD", "."), repo_dir).resolve())
+
+
+def vendor_plugin(starter: Path) -> str:
+    """Builds the plugin's wheel into wheels/ and returns the line that
+    installs it: a path from the project's root (pip reads a path in a
+    requirements file from the current folder), and its sha256, which the
+    project's tests/test_requirements.py checks. A clone's path would not
+    travel to a teammate's machine, a CI runner or a cluster's driver."""
+    with tempfile.TemporaryDirectory() as source:
+        # A copy of the distribution (the root's pyproject.toml and
+        # kedro-streaming/): building in the clone would leave build/ there,
+        # whose stale files a later wheel would take in.
+        shutil.copy(starter / "pyproject.toml", source)
+        shutil.copytree(
+            starter / PLUGIN_DIR,
+            Path(source, PLUGIN_DIR),
+            ignore=shutil.ignore_patterns(
+                "build", "*.egg-info", "__pycache__", "tests"
+            ),
+        )
+        built = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q"]
+            + ["--disable-pip-version-check", *build_isolation(starter)]
+            + ["-w", WHEELS, source],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if built.returncode != 0:
+        sys.exit(
+            "kedro-streaming's wheel could not be built from "
+            f"{starter} (`python -m pip wheel`): {built.stderr.strip()[-2000:]}"
+        )
+    wheel = next(Path(WHEELS).glob("kedro_streaming-*.whl"))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    return f"./{WHEELS}/{wheel.name}  # sha256:{digest}"
+
+
+def build_isolation(starter: Path) -> list[str]:
+    """pip's option to build with this Python's setuptools when it is the
+    version the distribution requires: no download of it into an isolated
+    build environment, which is most of the build's time."""
+    pyproject = (starter / "pyproject.toml").read_text()
+    required = re.search(r'requires = \["setuptools>=(\d+)', pyproject)
+    try:
+        installed = int(metadata.version("setuptools").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return []
+    if required and installed >= int(required[1]):
+        return ["--no-build-isolation"]
+    return []
 
 
 def write_plugin_requirement() -> None:
@@ -44,11 +101,11 @@ def write_plugin_requirement() -> None:
         "{{ cookiecutter._template }}", repo_dir, "{{ cookiecutter._checkout }}"
     )
     version = plugin_version(Path(os.environ.get("PWD", "."), repo_dir).resolve())
+    if "  # sha256:" not in requirement:
+        requirement += f"  # {version} when the project was made"
     path = Path("requirements.txt")
     lines = [
-        f"{requirement}  # {version} when the project was made"
-        if line.startswith("kedro-streaming")
-        else line
+        requirement if line.startswith("kedro-streaming") else line
         for line in path.read_text().splitlines()
     ]
     path.write_text("\n".join(lines) + "\n")

@@ -33,6 +33,7 @@ from support import (  # noqa: E402
     SASL_USER,
     bad_certificates,
     free_port,
+    generate_away,
     generate_project,
     install_project,
     run,
@@ -47,9 +48,10 @@ def pytest_sessionstart(session):
 
 @pytest.fixture(scope="session")
 def generated_project(tmp_path_factory) -> Path:
-    """A pristine project, as `kedro new --starter=<this repo> --config` makes it
-    (the default Spark line)."""
-    return generate_project(tmp_path_factory.mktemp("generated"))
+    """A pristine project, as `kedro new --starter=<a clone> --config` makes it
+    (the default Spark line), moved away from the clone, which is gone:
+    `project_bin` installs it as a teammate or a CI runner would."""
+    return generate_away(tmp_path_factory.mktemp("generated"))
 
 
 @pytest.fixture(scope="session")

@@ -165,11 +165,14 @@ def run(
     return result
 
 
-def generate_project(workdir: Path, **config: str) -> Path:
+def generate_project(
+    workdir: Path, starter: Path = STARTER_ROOT, **config: str
+) -> Path:
     """`kedro new --starter=<this repo> --config`, as a user scripts it.
 
     Args:
         workdir: Where the project folder is made.
+        starter: The starter's clone, this repository by default.
         config: Further keys of the config file, e.g. ``spark_version``.
     """
     # A config file answers every prompt of prompts.yml.
@@ -182,9 +185,35 @@ def generate_project(workdir: Path, **config: str) -> Path:
     }
     path = workdir / "config.yml"
     path.write_text(yaml.safe_dump(config))
-    kedro_new = [sys.executable, "-m", "kedro", "new", "--starter", str(STARTER_ROOT)]
+    kedro_new = [sys.executable, "-m", "kedro", "new", "--starter", str(starter)]
     run([*kedro_new, "--config", str(path), "--telemetry", "no"], cwd=workdir)
     return workdir / config["project_name"].lower().replace(" ", "-")
+
+
+def generate_away(workdir: Path) -> Path:
+    """A project made from a clone of this repository which is then deleted,
+    and moved to another folder: what a teammate, a CI runner or a cluster's
+    driver has. Nothing of it can point at the clone any more."""
+    clone = workdir / "clone"
+    shutil.copytree(STARTER_ROOT, clone, ignore=_not_in_a_clone)
+    (workdir / "made").mkdir()
+    made = generate_project(workdir / "made", clone)
+    shutil.rmtree(clone)
+    moved = workdir / "moved" / made.name
+    shutil.move(made, moved)
+    return moved
+
+
+def _not_in_a_clone(folder: str, names: list[str]) -> list[str]:
+    """What a fresh clone does not have: virtualenvs, build output, caches."""
+    at_root = Path(folder) == STARTER_ROOT
+    return [
+        name
+        for name in names
+        if name in ("__pycache__", ".pytest_cache", ".ruff_cache")
+        or name.endswith(".egg-info")
+        or (at_root and (name in (".git", "build") or "venv" in name))
+    ]
 
 
 # In a docs page: a whole file (a fenced block whose first line names its

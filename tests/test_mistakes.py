@@ -313,6 +313,22 @@ CASES = [
         False,
     ),
     (
+        "a key of the plugin's misspelt, which Spark would take for an option",
+        {
+            BASE_CATALOG: [
+                (
+                    "checkpoint: ${globals:output_root}/checkpoints/checked_records",
+                    "checkpiont: ${globals:output_root}/checkpoints/checked_records",
+                )
+            ]
+        },
+        ["--pipelines", "records"],
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        "  - 'checked_records' has `checkpiont` in its save_args: did you mean "
+        "`checkpoint`?",
+        False,
+    ),
+    (
         "a trigger setting misspelt in --params",
         {},
         ["--pipelines", "records", "--params", "trigger=availble_now"],

@@ -64,6 +64,11 @@ def expected_checked(
     return sorted(rows, key=str)
 
 
+def rejected(rows: list[tuple]) -> list[tuple]:
+    """The rows with a rejection_reason: the quarantine's."""
+    return [row for row in rows if row[3] is not None]
+
+
 def checked_rows(table: Path) -> list[tuple]:
     """(device, at, temperature_c, rejection_reason) of each row of the table."""
     return checked_rows_of(pd.read_parquet(table))
@@ -124,11 +129,15 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
     kedro = project_bin / "kedro"
     validated = run([kedro, "streams", "validate"], cwd=project)
     assert "query checked_records: ok" in validated.stdout
+    assert "query quarantined_records: ok" in validated.stdout
     run([kedro, "run", *AS_SHIPPED], cwd=project)
     landing = project / "data/01_raw/records_landing"
     shipped = (landing / "records-0000.json").read_text().splitlines()
     table = project / "data/02_intermediate/checked_records"
     assert checked_rows(table) == expected_checked(shipped)
+    quarantine = project / "data/02_intermediate/quarantined_records"
+    assert checked_rows(quarantine) == rejected(expected_checked(shipped))
+    assert rejected(expected_checked(shipped))  # the shipped file has some
 
     # The plugin one minor up, built from a copy of this repository's.
     before = project_files(project)
@@ -165,6 +174,7 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
         (landing / "records-0001.json").write_text("\n".join(more) + "\n")
         run([kedro, "run", *AS_SHIPPED], cwd=project)
         assert checked_rows(table) == expected_checked(shipped + more)
+        assert checked_rows(quarantine) == rejected(expected_checked(shipped + more))
         own = run(
             [project_bin / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
             cwd=project,
@@ -211,6 +221,11 @@ def test_the_walkthrough_runs_as_written_and_its_alerts_are_right(
     readings = (project / "readings.jsonl").read_text().splitlines()
     table = project / "data/kafka/02_intermediate/checked_records"
     assert checked_rows(table) == expected_checked(readings)
+    quarantine = project / "data/kafka/02_intermediate/quarantined_records"
+    assert checked_rows(quarantine) == rejected(expected_checked(readings))
+    assert [reason for *_, reason in checked_rows(quarantine)] == [
+        "invalid temperature_c"  # the page names it
+    ]
     # `kedro streams watch` prints "key<TAB>value" per message; the block's
     # runs log to stdout too, in lines without a tab.
     watched = [line for line in outputs[-1].stdout.splitlines() if "\t" in line]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import re
@@ -54,6 +55,18 @@ def test_project_passes_ruff_and_its_own_tests(
     project = tmp_path / "project"
     shutil.copytree(generated_project, project)
     assert_tidy_home(project, project_bin)
+    # Made from a clone that is gone, installed after a move (the fixtures):
+    # the plugin came from the project's own wheel, by a relative path.
+    wheel = f"kedro_streaming-{PLUGIN_VERSION}-py3-none-any.whl"
+    digest = hashlib.sha256((project / "wheels" / wheel).read_bytes()).hexdigest()
+    requirements = (project / "requirements.txt").read_text()
+    assert f"\n./wheels/{wheel}  # sha256:{digest}\n" in requirements
+    assert "file:" not in requirements
+    if not os.environ.get("STARTER_PROJECT_VENV"):  # that one holds a rebuilt plugin
+        assert installed_from(project_bin, "kedro_streaming") == {
+            "url": (generated_project / "wheels" / wheel).as_uri(),
+            "archive_info": {"hash": f"sha256={digest}", "hashes": {"sha256": digest}},
+        }
 
     # test_run.py runs the example bounded, which the tests below run too and
     # compare with the reference: left out here for CI's 30 minutes.
@@ -67,6 +80,20 @@ def test_project_passes_ruff_and_its_own_tests(
     assert " passed" in result.stdout and "failed" not in result.stdout
     # Reported, not asserted: how long they take depends on the machine.
     print(f"generated project's tests: {result.seconds:.1f} s")
+
+
+def installed_from(bin_dir: Path, package: str) -> dict:
+    """Where pip installed ``package`` in the virtualenv from (PEP 610)."""
+    found = run(
+        [
+            bin_dir / "python",
+            "-c",
+            "import importlib.metadata as m, sys;"
+            f"print(m.distribution('{package}').read_text('direct_url.json'))",
+        ],
+        cwd=bin_dir,
+    )
+    return json.loads(found.stdout)
 
 
 def test_starter_tests_and_benchmarks_pass_ruff():

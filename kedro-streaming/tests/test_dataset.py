@@ -3,9 +3,12 @@
 import json
 
 import pytest
+from kedro.io import DataCatalog
 from kedro_streaming import SparkStreamingDataset
 from kedro_streaming.avro import value_schema
+from kedro_streaming.checks import check_configuration
 from kedro_streaming.errors import StreamingConfigError
+from kedro_streaming.options import OptionNames
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -206,3 +209,75 @@ def test_value_schema_is_the_avro_of_the_struct():
             ),
             "x",
         )
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        pytest.param(
+            {"save_args": {"checkpiont": "data/checkpoints/sink"}},
+            "has `checkpiont` in its save_args: did you mean `checkpoint`?",
+            id="checkpiont",
+        ),
+        pytest.param(
+            {"save_args": {"checkpointLocation": "data/checkpoints/sink"}},
+            "has `checkpointLocation` in its save_args: did you mean `checkpoint`?",
+            id="spark-spelling",
+        ),
+        pytest.param(
+            {"save_args": {"checkpoint": "cp", "outputMode": "update"}},
+            "has `outputMode` in its save_args: did you mean `output_mode`?",
+            id="outputMode",
+        ),
+        pytest.param(
+            {"file_fromat": "parquet", "save_args": {"checkpoint": "cp"}},
+            "has `file_fromat`, which a SparkStreamingDataset entry does not take: "
+            "did you mean `file_format`?",
+            id="file_fromat",
+        ),
+        pytest.param(
+            {"checkpoint": "cp"},
+            "has `checkpoint`, which a SparkStreamingDataset entry does not take: "
+            "did you mean `save_args: {checkpoint: ...}`?",
+            id="not-in-save-args",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_named_with_its_match(entry, problem):
+    """Kedro passes each key of the entry; a misspelt one is the one problem
+    named (not the missing checkpoint it causes), before any query starts."""
+    catalog = DataCatalog.from_config(
+        {
+            "sink": {
+                "type": "kedro_streaming.SparkStreamingDataset",
+                "filepath": "data/sink",
+                "file_format": "parquet",
+                **entry,
+            }
+        }
+    )
+    with pytest.raises(StreamingConfigError) as raised:
+        check_configuration({"sink": catalog["sink"]}, {})
+    assert str(raised.value) == (
+        f"Streaming configuration in conf/ cannot work:\n  - 'sink' {problem}"
+    )
+
+
+def test_a_misspelt_load_args_key_is_named_and_spark_options_are_not(spark):
+    source = SparkStreamingDataset(
+        filepath="data/landing", file_format="json", load_args={"shema": "id INT"}
+    )
+    assert source.source_problems() == [
+        "has `shema` in its load_args: did you mean `schema`?"
+    ]
+    # Spark's option names (this line's, and its Kafka connector's when
+    # loaded) are never taken for a misspelt key of the plugin's.
+    names = OptionNames(spark)
+    for file_format in ("json", "csv", "parquet", "orc", "text", "kafka", "rate"):
+        for direction, args in (("sink", "save_args"), ("source", "load_args")):
+            known = names.known(file_format, direction)
+            if known is None:  # the Kafka connector, when not loaded
+                continue
+            options = {name: "x" for name in known.values()}
+            dataset = SparkStreamingDataset(file_format=file_format, **{args: options})
+            assert dataset.misspelt_keys == set(), (file_format, direction)

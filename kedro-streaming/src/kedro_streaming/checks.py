@@ -844,6 +844,8 @@ def check_options(
             else ("sink", "save_args", dataset.writer_options)
         )
         credentials = {key: "" for key in dataset.credential_keys}  # names only
+        # A misspelt key of the plugin's is named by check_configuration.
+        options = {k: v for k, v in options.items() if k not in dataset.misspelt_keys}
         for where, checked in ((args_name, options), ("credentials", credentials)):
             problems += [
                 f"'{name}' {problem}"

@@ -55,6 +55,32 @@ AVRO_OPTIONS = (
     "key_subject",
     "credentials",
 )
+# The keys of a catalog entry, and the plugin's own keys of save_args and
+# load_args: their other keys are Spark's options, which options.py checks.
+_ENTRY_KEYS = (
+    "filepath",
+    "file_format",
+    "load_args",
+    "save_args",
+    "credentials",
+    "avro",
+    "metadata",
+)
+_SAVE_KEYS = (
+    "output_mode",
+    "checkpoint",
+    "trigger",
+    "query_name",
+    "partitionBy",
+    "foreach_batch",
+    "merge_on",
+)
+_LOAD_KEYS = ("schema",)
+# As close as difflib's ratio gets a typo of a plugin key (`checkpiont`:
+# 0.9); no option name of Spark's formats comes this close to one.
+_CLOSE = 0.8
+# Spark's own spelling of a key the plugin takes under another name.
+_SPARK_SPELLINGS = {"checkpointlocation": "checkpoint"}
 _SECRET_MARKERS = ("jaas", "password", "secret", "keystore.key", "credentials")
 
 
@@ -109,6 +135,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         credentials: dict[str, Any] | None = None,
         avro: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
+        **unknown: Any,
     ) -> None:
         """Creates a new streaming dataset.
 
@@ -137,7 +164,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 struct ``value`` with a schema derived from it, registered at
                 start (see ``encode_values``).
             metadata: Ignored by Kedro; free for users and plugins.
+            unknown: Any other key of the catalog entry: a mistake, which
+                ``key_problems`` names before any query starts.
         """
+        self._unknown_keys = list(unknown)
         self._path = str(filepath) if filepath else None
         self._file_format = file_format
         self._credentials = dict(credentials or {})
@@ -224,9 +254,56 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         """The sink's ``partitionBy`` columns, if any."""
         return self._partition_by
 
-    def sink_problems(self) -> list[str]:
-        """Says what keeps this dataset from being saved, before any query starts."""
+    def key_problems(self) -> list[str]:
+        """Names each key of the entry that it does not take, and each key of
+        save_args or load_args that is not the plugin's but close to one of
+        its keys (``checkpiont``): Spark would take it for an option and
+        ignore it. Other unknown keys of those are Spark's to check."""
         problems = []
+        for key in self._unknown_keys:
+            match = _close_key(key, _ENTRY_KEYS)
+            nested = _close_key(key, _SAVE_KEYS) or _close_key(key, _LOAD_KEYS)
+            if match:
+                fix = f"did you mean `{match}`?"
+            elif nested:
+                args = "save_args" if nested in _SAVE_KEYS else "load_args"
+                fix = f"did you mean `{args}: {{{nested}: ...}}`?"
+            else:
+                fix = "use " + ", ".join(_ENTRY_KEYS)
+            problems.append(
+                f"has `{key}`, which a SparkStreamingDataset entry does not take: {fix}"
+            )
+        return problems + [
+            f"has `{key}` in its {args_name}: did you mean `{match}`?"
+            for args_name, key, match in self._misspelt_args()
+        ]
+
+    @property
+    def misspelt_keys(self) -> set[str]:
+        """The keys of load_args and save_args that ``key_problems`` names:
+        the plugin's keys misspelt, not Spark options."""
+        return {key for _, key, _ in self._misspelt_args()}
+
+    def _misspelt_args(self) -> list[tuple[str, str, str]]:
+        """(load_args or save_args, a key of it, the plugin's key it misspells)."""
+        return [
+            (args_name, key, match)
+            for args_name, args, own in (
+                ("load_args", self._load_args, _LOAD_KEYS),
+                ("save_args", self._writer_options, _SAVE_KEYS),
+            )
+            for key in args
+            if (match := _close_key(key, own)) and key != match
+        ]
+
+    def sink_problems(self) -> list[str]:
+        """Says what keeps this dataset from being saved, before any query starts.
+
+        A misspelt key (``key_problems``) is the one problem named: what else
+        is missing follows from it."""
+        problems = self.key_problems()
+        if problems:
+            return problems
         if not self._checkpoint:
             problems.append(
                 "has no checkpoint: add `save_args: {checkpoint: data/checkpoints/<name>}`"
@@ -314,8 +391,12 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
     def source_problems(self) -> list[str]:
         """Says what keeps this dataset from being read, before any query starts.
 
-        Only for sources that no query of the same run writes.
+        Only for sources that no query of the same run writes. A misspelt
+        key (``key_problems``) is the one problem named.
         """
+        problems = self.key_problems()
+        if problems:
+            return problems
         problems = _secrets_in(self._load_args, "load_args")
         if self._file_format == "kafka":
             options = {**self._load_args, **self.kafka_options}
@@ -787,6 +868,15 @@ def _missing_local_folder(path: str | None) -> str | None:
 
 def _is_secret(key: str) -> bool:
     return any(marker in key.lower() for marker in _SECRET_MARKERS)
+
+
+def _close_key(key: str, keys: tuple[str, ...]) -> str | None:
+    """The one of ``keys`` that ``key`` misspells (its case, Spark's name for
+    it, or a typo), if any."""
+    spelling = {known.lower(): known for known in keys}
+    name = _SPARK_SPELLINGS.get(key.lower(), key.lower())
+    close = difflib.get_close_matches(name, list(spelling), n=1, cutoff=_CLOSE)
+    return spelling[close[0]] if close else None
 
 
 def _secrets_in(options: dict[str, Any], args_name: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""The records pipeline as a stream: two micro-batches, every record kept."""
+"""The records pipeline as a stream: two micro-batches, every record kept,
+the rejected ones in the quarantine too."""
 
 import json
 
@@ -23,6 +24,7 @@ def test_records_are_typed_checked_and_none_is_lost(stream_test):
         create_pipeline(),
         streams={"raw_records": "value STRING"},
         static={"params:record_schema": SCHEMA, "params:record_expectations": RULES},
+        sinks=["checked_records", "quarantined_records"],
     )
     first = records.step(
         raw_records=[reading(temperature_c=21.5), reading(temperature_c=99)]
@@ -41,3 +43,13 @@ def test_records_are_typed_checked_and_none_is_lost(stream_test):
         "invalid temperature_c",
     ]
     assert second["checked_records"].expectations == {"unparsed": 2}
+    # The quarantine: the rejected records, each as checked_records has it.
+    assert [
+        (r.device, r.temperature_c, r.rejection_reason)
+        for step in (first, second)
+        for r in step["quarantined_records"].rows
+    ] == [
+        ("d1", 99.0, "temperature_plausible"),
+        (None, None, "not a valid record"),
+        ("d1", None, "invalid temperature_c"),
+    ]

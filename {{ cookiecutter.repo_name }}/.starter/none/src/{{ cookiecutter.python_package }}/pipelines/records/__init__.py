@@ -1,4 +1,5 @@
-"""Records: raw JSON records in, typed and checked records out."""
+"""Records: raw JSON records in; typed and checked records, and the
+quarantine of the rejected ones, out."""
 
 from .pipeline import create_pipeline
 

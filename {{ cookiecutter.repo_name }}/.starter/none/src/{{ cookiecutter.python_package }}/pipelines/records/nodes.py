@@ -5,6 +5,7 @@ from typing import Any
 
 from kedro_streaming import check_expectations
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 
 def check_records(
@@ -23,3 +24,14 @@ def check_records(
         declared_in="record_expectations, conf/base/parameters_expectations.yml",
         problems="problems",
     )
+
+
+def select_rejected_records(checked_records: DataFrame) -> DataFrame:
+    """The records ``check_records`` rejected: the quarantine, a table of its
+    own to inspect and replay from.
+
+    Returns:
+        Every column of ``checked_records`` (the rejection_reason, the raw
+        payload and its origin among them), for the rejected rows.
+    """
+    return checked_records.filter(F.col("rejection_reason").isNotNull())

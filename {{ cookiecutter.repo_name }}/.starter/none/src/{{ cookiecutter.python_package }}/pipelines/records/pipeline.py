@@ -1,7 +1,7 @@
 from kedro.pipeline import Pipeline, node, pipeline
 from kedro_streaming import parse_records
 
-from .nodes import check_records
+from .nodes import check_records, select_rejected_records
 
 
 def create_pipeline(**kwargs) -> Pipeline:
@@ -18,6 +18,14 @@ def create_pipeline(**kwargs) -> Pipeline:
                 ["parsed_records", "params:record_expectations"],
                 "checked_records",
                 name="check_records",
+            ),
+            # A query of its own over the checked_records table: the records
+            # are read, parsed and checked once.
+            node(
+                select_rejected_records,
+                "checked_records",
+                "quarantined_records",
+                name="select_rejected_records",
             ),
         ]
     )
