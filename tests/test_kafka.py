@@ -24,6 +24,7 @@ from support import (
     bundled_lines,
     committed_files,
     consume_all,
+    free_port,
     kafka_messages,
     kedro_run,
     point_at_broker,
@@ -45,7 +46,7 @@ def produce(bin_dir: Path, project: Path, *args: str) -> str:
 def test_kafka_continuous_run_two_waves_sigterm_and_restart(
     fresh_project, project_bin, broker_log_on_failure
 ):
-    servers = broker_log_on_failure.bootstrap_servers
+    servers, metrics = broker_log_on_failure.bootstrap_servers, free_port()
     trips, _ = point_at_broker(fresh_project, servers, chunk=10_000)
     lines = bundled_lines(fresh_project)
     first_wave = sum(
@@ -81,7 +82,9 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
 
     def run_continuously(until, log_name: str) -> None:
         log_path = fresh_project / log_name
-        process = start_continuous_kafka_run(project_bin, fresh_project, log_path)
+        process = start_continuous_kafka_run(
+            project_bin, fresh_project, log_path, params=f"metrics_port={metrics}"
+        )
         try:
             until(process, log_path)
             process.send_signal(signal.SIGTERM)
@@ -122,7 +125,7 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
             "wave 2",
         )
         # While it runs, once each query has logged a batch: the Prometheus
-        # endpoint, as shipped, serves the progress log's figures.
+        # endpoint serves the progress log's figures.
         queries = {"bronze_trips", "hourly_borough_summary", "quarantined_trips"}
         wait_for(
             lambda: (
@@ -137,7 +140,9 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
             log_path,
             "a batch of each query",
         )
-        served = assert_metrics_match_progress_log(fresh_project, "data/kafka", started)
+        served = assert_metrics_match_progress_log(
+            fresh_project, "data/kafka", started, port=metrics
+        )
         assert served == queries
 
     started = time.time()

@@ -251,6 +251,7 @@ def test_compose_serves_the_shipped_monitoring(generated_project):
     (job,) = config["scrape_configs"]
     (target,) = job["static_configs"][0]["targets"]
     default_port = streaming["metrics_port"].rsplit(",", 1)[1].strip(" }")
+    assert default_port == "9464"
     assert target == f"host.docker.internal:{default_port}"
     assert "host.docker.internal:host-gateway" in prometheus["extra_hosts"]
     assert "9090:9090" in prometheus["ports"]
