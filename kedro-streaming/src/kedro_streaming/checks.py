@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,12 @@ from pyspark.sql.utils import is_remote
 from .dataset import APPEND_ONLY_FORMATS, SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError
 from .options import INTERVAL_TRIGGERS, OptionNames, interval_problem, option_problems
-from .security import connection_problem, forbidden_topics, kafka_python_logs
+from .security import (
+    connection_problem,
+    forbidden_topics,
+    kafka_python_logs,
+    login_refused,
+)
 from .session import spark_location
 from .state import SETTING_NAMES, StreamState
 
@@ -1037,15 +1043,36 @@ def _topic_messages(
     return {topic: count for topic, count in held.items() if count}, existing
 
 
-def offsets_reader(dataset: SparkStreamingDataset):
+def offsets_reader(dataset: SparkStreamingDataset, timeout: float = 30):
     """A kafka-python consumer of ``dataset``'s brokers, for the runtime's own
     reads of topics and offsets: no group, so nothing to commit (and no
-    warning from kafka-python about it)."""
-    from kafka import KafkaConsumer  # noqa: PLC0415
+    warning from kafka-python about it).
 
-    return KafkaConsumer(
-        **dataset.kafka_python_config, request_timeout_ms=5000, enable_auto_commit=False
-    )
+    It connects within ``timeout`` seconds, in windows of 2, 4, 8... s: a
+    refused login fails it at the end of the first (kafka-python alone
+    retries one until its 30 s are over), a slow broker gets the next.
+
+    Raises:
+        KafkaTimeoutError: No connection; a refused login is logged.
+    """
+    from kafka import KafkaConsumer  # noqa: PLC0415
+    from kafka.errors import KafkaTimeoutError  # noqa: PLC0415
+
+    deadline, window = time.monotonic() + timeout, 2.0
+    while True:
+        window = min(window, max(0.1, deadline - time.monotonic()))
+        with kafka_python_logs() as logged:
+            try:
+                return KafkaConsumer(
+                    **dataset.kafka_python_config,
+                    request_timeout_ms=5000,
+                    enable_auto_commit=False,
+                    bootstrap_timeout_ms=int(window * 1000),
+                )
+            except KafkaTimeoutError:
+                if login_refused(logged) or time.monotonic() >= deadline:
+                    raise
+        window *= 2
 
 
 def has_progress(checkpoint: str | None) -> bool:

@@ -523,7 +523,7 @@ def _plain_problem(raw: socket.socket, host: str) -> str | None:
 # -- kafka-python's failures ---------------------------------------------------
 
 
-def _login_refused(logged: list[str]) -> bool:
+def login_refused(logged: list[str]) -> bool:
     text = " ".join(logged)
     return "SaslAuthenticationFailed" in text or "Authentication failed" in text
 
@@ -545,7 +545,7 @@ def _login_refused_on_retry(
                     **security.kafka_python(),
                 ).close()
             except KafkaError:
-                if _login_refused(logged):
+                if login_refused(logged):
                     return True
             else:
                 return False
@@ -599,7 +599,7 @@ def client_failure(
             f"({type(error).__name__}: {error})"
         )
     if security.uses_sasl and (
-        _login_refused(logged) or _login_refused_on_retry(servers, security)
+        login_refused(logged) or _login_refused_on_retry(servers, security)
     ):
         return (
             f"refused the {security.mechanism} login of user "
