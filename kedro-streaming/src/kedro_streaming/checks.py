@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import re
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from .security import (
     connection_problem,
     forbidden_topics,
     kafka_python_logs,
-    login_refused,
+    login_problem,
 )
 from .session import spark_location
 from .state import SETTING_NAMES, StreamState
@@ -1043,36 +1042,23 @@ def _topic_messages(
     return {topic: count for topic, count in held.items() if count}, existing
 
 
-def offsets_reader(dataset: SparkStreamingDataset, timeout: float = 30):
+def offsets_reader(dataset: SparkStreamingDataset):
     """A kafka-python consumer of ``dataset``'s brokers, for the runtime's own
     reads of topics and offsets: no group, so nothing to commit (and no
     warning from kafka-python about it).
 
-    It connects within ``timeout`` seconds, in windows of 2, 4, 8... s: a
-    refused login fails it at the end of the first (kafka-python alone
-    retries one until its 30 s are over), a slow broker gets the next.
-
     Raises:
-        KafkaTimeoutError: No connection; a refused login is logged.
+        SaslAuthenticationFailedError: At once, the brokers refuse the login
+            (kafka-python alone would retry it for 30 s).
     """
     from kafka import KafkaConsumer  # noqa: PLC0415
-    from kafka.errors import KafkaTimeoutError  # noqa: PLC0415
+    from kafka.errors import SaslAuthenticationFailedError  # noqa: PLC0415
 
-    deadline, window = time.monotonic() + timeout, 2.0
-    while True:
-        window = min(window, max(0.1, deadline - time.monotonic()))
-        with kafka_python_logs() as logged:
-            try:
-                return KafkaConsumer(
-                    **dataset.kafka_python_config,
-                    request_timeout_ms=5000,
-                    enable_auto_commit=False,
-                    bootstrap_timeout_ms=int(window * 1000),
-                )
-            except KafkaTimeoutError:
-                if login_refused(logged) or time.monotonic() >= deadline:
-                    raise
-        window *= 2
+    config = dataset.kafka_python_config
+    refused = login_problem(config["bootstrap_servers"] or "", dataset.kafka_security)
+    if refused:
+        raise SaslAuthenticationFailedError(refused)
+    return KafkaConsumer(**config, request_timeout_ms=5000, enable_auto_commit=False)
 
 
 def has_progress(checkpoint: str | None) -> bool:
