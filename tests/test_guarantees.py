@@ -464,13 +464,14 @@ def test_sasl_over_tls_works_fails_clearly_and_is_never_printed(  # noqa: PLR091
         f"raw_trips: the Kafka broker at {servers} refused the SCRAM-SHA-512 "
         f"login of user '{SASL_USER}': check the password"
     ) in unread.stderr
-    # At once, not after kafka-python's 30 s of retries. A bound, not a value:
-    # the seconds are the machine's and the network's; `status` with the right
+    # At once (about 2 s), not after kafka-python's 30 s of retries. A bound,
+    # not a value: the seconds are the network's and the machine's (Kedro's
+    # start alone took 5 to 40 s on a busy machine); `status` with the right
     # password above is the yardstick.
     print(
         f"status: {status.seconds:.1f} s; with a wrong password {unread.seconds:.1f} s"
     )
-    assert unread.seconds < status.seconds + 10
+    assert unread.seconds < status.seconds + 25
 
     outputs = [produced, right, status, validated, *shown, *failed, unread]
     secrets = (SASL_PASSWORD, wrong_password, store_password)
