@@ -1,6 +1,17 @@
 """Fixtures: a project generated with `kedro new --starter`, and its own venv.
 
 What the tests share besides fixtures is in `support.py`.
+
+Ports: every port a test uses is chosen free when it runs (`free_port()`),
+so that two test sessions, or a session beside a user's own broker,
+registry or run, share one machine. Each `kedro run` the tests start gets
+free ones from the environment: `KEDRO_STREAMS_METRICS_PORT` and
+`KEDRO_STREAMS_SPARK_UI_PORT` (`support.quiet_env`; conf/base/streaming.yml
+reads them when `--params` sets no `metrics_port` or `spark_ui_port`).
+To prove it, the session holds the default ports (`DEFAULT_PORTS` of
+`kedro_streaming.devtools.processes`: Kafka's 9092-9095, metrics 9464,
+Spark UI 4040, registry 8081, Spark's 7077 and 15002) bound and listening
+throughout, those of them free when it starts: a test that takes one fails.
 """
 
 from __future__ import annotations
@@ -44,6 +55,15 @@ from support import (  # noqa: E402
 
 def pytest_sessionstart(session):
     start_prefetches(Path(tempfile.mkdtemp(prefix="prefetched-")))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_ports_held(plugin_tool):
+    """The default ports of the project's services that were free, held
+    (bound and listening) for the whole session: see this module's docstring."""
+    processes = plugin_tool("processes")
+    with processes.hold_ports(processes.DEFAULT_PORTS) as held:
+        yield held
 
 
 @pytest.fixture(scope="session")

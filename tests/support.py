@@ -93,7 +93,9 @@ RAW_PAYLOAD = 100_000
 CHUNK = 60  # maxOffsetsPerTrigger: the reference replays batches of this many messages
 
 
-def quiet_env(**extra: str) -> dict[str, str]:
+def quiet_env(**extra: str | None) -> dict[str, str]:
+    """The environment of a command the tests run; an ``extra`` of None
+    removes that variable."""
     # A wide console, so that Kedro's rich log lines (a progress line names
     # every expectation that caught a record) are not wrapped.
     env = {
@@ -101,9 +103,14 @@ def quiet_env(**extra: str) -> dict[str, str]:
         "KEDRO_DISABLE_TELEMETRY": "true",
         "DO_NOT_TRACK": "1",
         "COLUMNS": "4000",
+        # A run's endpoints on free ports, never the default ones (conftest.py):
+        # conf/base/streaming.yml reads these unless --params sets the port.
+        "KEDRO_STREAMS_METRICS_PORT": str(free_port()),
+        "KEDRO_STREAMS_SPARK_UI_PORT": str(free_port()),
     }
     env.pop("PYTHONPATH", None)
-    return {**env, **extra}
+    env.update(extra)
+    return {name: value for name, value in env.items() if value is not None}
 
 
 def free_port() -> int:
@@ -930,7 +937,7 @@ def assert_metrics_match_progress_log(
     project: Path,
     output_root: str,
     since: float,
-    port: int = 9464,
+    port: int,
     trigger_interval: float = 1.0,
 ) -> set[str]:
     """Scrapes a running `kedro run`'s Prometheus endpoint: every series of

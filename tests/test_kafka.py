@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -23,11 +24,13 @@ from reference import (
 )
 from support import (
     SASL_PASSWORD,
+    SASL_USER,
     assert_metrics_match_progress_log,
     assert_progress_log,
     bundled_lines,
     committed_files,
     consume_all,
+    free_port,
     kafka_messages,
     kedro_run,
     point_at_broker,
@@ -51,7 +54,7 @@ def produce(bin_dir: Path, project: Path, *args: str) -> str:
 def test_kafka_continuous_run_two_waves_sigterm_and_restart(
     fresh_project, project_bin, broker_log_on_failure
 ):
-    servers = broker_log_on_failure.bootstrap_servers
+    servers, metrics = broker_log_on_failure.bootstrap_servers, free_port()
     trips, _ = point_at_broker(fresh_project, servers, chunk=10_000)
     lines = bundled_lines(fresh_project)
     first_wave = sum(
@@ -87,7 +90,9 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
 
     def run_continuously(until, log_name: str) -> None:
         log_path = fresh_project / log_name
-        process = start_continuous_kafka_run(project_bin, fresh_project, log_path)
+        process = start_continuous_kafka_run(
+            project_bin, fresh_project, log_path, params=f"metrics_port={metrics}"
+        )
         try:
             until(process, log_path)
             process.send_signal(signal.SIGTERM)
@@ -128,7 +133,7 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
             "wave 2",
         )
         # While it runs, once each query has logged a batch: the Prometheus
-        # endpoint, as shipped, serves the progress log's figures.
+        # endpoint serves the progress log's figures.
         queries = {"bronze_trips", "hourly_borough_summary", "quarantined_trips"}
         wait_for(
             lambda: (
@@ -143,7 +148,9 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
             log_path,
             "a batch of each query",
         )
-        served = assert_metrics_match_progress_log(fresh_project, "data/kafka", started)
+        served = assert_metrics_match_progress_log(
+            fresh_project, "data/kafka", started, port=metrics
+        )
         assert served == queries
 
     started = time.time()
@@ -167,21 +174,53 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
 def test_broker_cli_start_status_stop_keeps_data_reset_deletes(
     fresh_project, project_bin, broker_tool
 ):
-    """The documented commands: start returns once the broker answers; stop
-    keeps the data folder, so topics survive a restart; reset deletes it."""
+    """The documented commands: start returns once the broker answers, a line
+    per listener saying its port and what it serves, the PLAINTEXT one never
+    on a TLS or SASL listener's port, a password only from the environment;
+    stop keeps the data folder, so topics survive a restart; reset deletes it."""
     # The default folder, relative to the project, as the README runs it.
     data_dir = fresh_project / "data/kafka-broker"
     # `kedro streams broker` without Kedro's CLI, whose logging setup line
     # would come first on stdout: what a script reads.
     cli = [project_bin / "python", "-m", "kedro_streaming.devtools", "broker"]
 
-    def start() -> dict:
-        started = run([*cli, "start", "--port", "0"], cwd=fresh_project)
+    def start(*options: str, env=None) -> tuple[dict, list[str]]:
+        started = run([*cli, "start", *options], cwd=fresh_project, env=env)
         state = json.loads((data_dir / "broker.json").read_text())
         assert started.stdout.strip() == state["bootstrap_servers"]
-        return state
+        return state, started.stderr.splitlines()
 
-    first, second = start(), None
+    def refused(*options: str, env=None) -> str:
+        """What `start` says, exiting 1 before it starts anything."""
+        result = run(
+            [*cli, "start", *options],
+            cwd=fresh_project,
+            env=env,
+            check=False,
+            stdin=subprocess.DEVNULL,  # no terminal to ask a password on
+        )
+        assert result.returncode == 1 and result.stdout == "", result.output
+        return result.stderr
+
+    # A password is never taken from the command line (`ps` shows it).
+    assert refused("--sasl-user", f"{SASL_USER}:{SASL_PASSWORD}") == (
+        f"error: --sasl-user {SASL_USER}:...: a password on the command line is "
+        "shown to every user of this machine (ps) and kept in the shell's "
+        f"history. Give --sasl-user {SASL_USER} and export KAFKA_SASL_PASSWORD "
+        "(or type it when asked, on a terminal)\n"
+    )
+    assert refused("--sasl-user", SASL_USER, env={"KAFKA_SASL_PASSWORD": None}) == (
+        f"error: --sasl-user {SASL_USER}: export KAFKA_SASL_PASSWORD, its "
+        "password (on a terminal, the command asks for it)\n"
+    )
+    ssl, mtls, sasl_ssl = broker_tool.free_ports(3)
+    tls = ["--tls", "--tls-ports", str(ssl), str(mtls), str(sasl_ssl)]
+    assert refused("--port", str(sasl_ssl), *tls) == (
+        f"error: --port {sasl_ssl} is the SASL_SSL listener's too: give another "
+        "(0: any free one)\n"
+    )
+
+    (first, _), second = start("--port", "0"), None
     try:
         status = run([*cli, "status"], cwd=fresh_project).stdout
         assert json.loads(status)["running"] and json.loads(status)["reachable"]
@@ -194,7 +233,34 @@ def test_broker_cli_start_status_stop_keeps_data_reset_deletes(
         assert not broker_tool.pid_alive(first["pid"])
         assert (data_dir / "kraft-logs").is_dir()
 
-        second = start()
+        # Started again as docs/kafka-security.md has it: TLS and SASL
+        # listeners, the project pointed at the SASL_SSL one. The PLAINTEXT
+        # listener takes another port (Kafka's usual 9092 is held, see
+        # conftest.py), and each listener says what it serves.
+        globals_yml = fresh_project / "conf/kafka/globals.yml"
+        globals_yml.write_text(
+            globals_yml.read_text().replace("localhost:9092", f"localhost:{sasl_ssl}")
+        )
+        second, said = start(
+            *tls, "--sasl-user", SASL_USER, env={"KAFKA_SASL_PASSWORD": SASL_PASSWORD}
+        )
+        plain, sasl = second["bootstrap_servers"], second["sasl_bootstrap_servers"]
+        assert (
+            f"kafka.bootstrap_servers of conf/kafka (localhost:{sasl_ssl}) is the "
+            "SASL_SSL listener's: the PLAINTEXT listener takes a free port"
+        ) in said
+        logins = "PLAIN and SCRAM-SHA-512 logins"
+        assert [line for line in said if " listener: " in line] == [
+            f"PLAINTEXT listener: {plain} (no TLS, no login)",
+            f"SASL_PLAINTEXT listener: {sasl} (security_protocol SASL_PLAINTEXT: "
+            f"{logins})",
+            f"SSL listener: localhost:{ssl} (security_protocol SSL: the broker's "
+            "certificate)",
+            f"MTLS listener: localhost:{mtls} (security_protocol SSL, with a "
+            "client certificate)",
+            f"SASL_SSL listener: localhost:{sasl_ssl} (security_protocol SASL_SSL: "
+            f"{logins})",
+        ]
         assert second["cluster_id"] == first["cluster_id"]
         assert [
             r.value for r in consume_all(second["bootstrap_servers"], "smoke", 1)

@@ -31,6 +31,7 @@ from support import (
     free_port,
     point_at_broker,
     progress_records,
+    run,
     start_continuous_kafka_run,
 )
 
@@ -251,6 +252,7 @@ def test_compose_serves_the_shipped_monitoring(generated_project):
     (job,) = config["scrape_configs"]
     (target,) = job["static_configs"][0]["targets"]
     default_port = streaming["metrics_port"].rsplit(",", 1)[1].strip(" }")
+    assert default_port == "9464"
     assert target == f"host.docker.internal:{default_port}"
     assert "host.docker.internal:host-gateway" in prometheus["extra_hosts"]
     assert "9090:9090" in prometheus["ports"]
@@ -274,3 +276,28 @@ def test_compose_serves_the_shipped_monitoring(generated_project):
         for target in panel["targets"]
     }
     assert uids == {source["uid"]}
+
+
+def test_the_default_ports_are_held_and_a_taken_metrics_port_fails_at_once(
+    default_ports_held, plugin_tool, fresh_project, project_bin
+):
+    """conftest.py holds the project's default ports all session, so a test
+    that took one would fail. A run on the shipped metrics_port (9464, taken
+    here) fails before Spark starts, in one line naming the port and the fix."""
+    processes = plugin_tool("processes")
+    free = [port for port in processes.DEFAULT_PORTS if processes.port_is_free(port)]
+    assert free == [], f"held by this session: {default_ports_held}"
+    result = run(
+        [project_bin / "kedro", "run", "--params", "trigger=available_now"],
+        cwd=fresh_project,
+        env={"KEDRO_STREAMS_METRICS_PORT": None},  # as shipped: 9464
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "StreamingConfigError: Cannot serve the Prometheus metrics at "
+        "127.0.0.1:9464 (Address already in use): run with `--params "
+        "metrics_port=<a free port>` (another run may have this one), or "
+        "`--params metrics_port=0` for no endpoint."
+    )
+    assert "Spark UI" not in result.output and "Traceback" not in result.output

@@ -94,8 +94,47 @@ def test_each_connection_problem_is_named(security, broker, plugin_tool, tmp_pat
     assert problem(servers["MTLS"], {**jks_trust, **p12_key}) is None
     assert problem(servers["MTLS"], {**trust_pem, **pem_key}) is None
     assert problem(plain, {}) is None
+    scram = {
+        **trust_pem,
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "username": SASL_USER,
+    }
+    plain_login = {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "username": SASL_USER,
+    }
+    assert problem(servers["SASL_SSL"], {**scram, "password": SASL_PASSWORD}) is None
+    assert (
+        problem(
+            broker.sasl_bootstrap_servers, {**plain_login, "password": SASL_PASSWORD}
+        )
+        is None
+    )
+    wrong = f"wrong-{uuid.uuid4().hex}"
 
     cases = {
+        # A refused login, from the broker's answer, at once (kafka-python
+        # would retry it for 30 s).
+        "a wrong password, SCRAM over TLS": (
+            servers["SASL_SSL"],
+            {**scram, "password": wrong},
+            f"refused the SCRAM-SHA-512 login of user '{SASL_USER}': check the "
+            "password (and the user) of the credentials",
+        ),
+        "a wrong password, PLAIN without TLS": (
+            broker.sasl_bootstrap_servers,
+            {**plain_login, "password": wrong},
+            f"refused the PLAIN login of user '{SASL_USER}': check the password "
+            "(and the user) of the credentials",
+        ),
+        "a mechanism the listener does not take": (
+            servers["SASL_SSL"],
+            {**scram, "sasl_mechanism": "SCRAM-SHA-256", "password": SASL_PASSWORD},
+            "does not take the SCRAM-SHA-256 login (it takes PLAIN, SCRAM-SHA-512): "
+            "set sasl_mechanism in the credentials",
+        ),
         "an unknown CA": (
             servers["SSL"],
             {**trust_pem, "kafka.ssl.truststore.location": str(other_ca_pem)},
@@ -192,10 +231,9 @@ def test_each_connection_problem_is_named(security, broker, plugin_tool, tmp_pat
     }
     for name, (_, _, expected) in cases.items():
         assert expected in (found[name] or ""), (name, found[name])
-        assert password not in (found[name] or "")
+        assert password not in (found[name] or "") and wrong not in (found[name] or "")
 
-    # A refused login: kafka-python only logs it, and then times out; the
-    # development tools (as `status`) name it from that log.
+    # A refused login, as the development tools (`send`, `watch`) name it.
     login = {
         **trust_pem,
         "security_protocol": "SASL_SSL",

@@ -32,6 +32,7 @@ from kedro_streaming.checks import (
 from kedro_streaming.delta import (
     check_delta_package,
 )
+from kedro_streaming.devtools.processes import DEFAULT_PORTS, port_is_free
 from kedro_streaming.metrics import StreamMetrics
 from kedro_streaming.progress import ProgressLog
 from kedro_streaming.session import (
@@ -263,6 +264,13 @@ def test_a_metrics_port_taken_or_not_a_port_fails_before_any_query_starts(spark)
             with pytest.raises(StreamingConfigError, match=re.escape(words)):
                 hooks.before_pipeline_run({}, nodes, catalog)
     assert catalog["out"].query is None
+
+
+def test_the_default_ports_are_held_while_the_tests_run(default_ports_held):
+    """conftest.py holds them (or another process does): a test that took
+    one would fail."""
+    free = [port for port in DEFAULT_PORTS if port_is_free(port)]
+    assert free == [], f"held by this session: {default_ports_held}"
 
 
 def test_a_stream_without_a_sink_fails_before_any_query_starts():

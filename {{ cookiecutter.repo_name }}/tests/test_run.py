@@ -37,7 +37,8 @@ def run(project, pipeline_name=None, **params):
     with KedroSession.create(
         project_path=PROJECT_ROOT,
         conf_source=str(project / "conf"),
-        runtime_params={"trigger": "available_now", **params},
+        # No Prometheus endpoint: its port may be a running `kedro run`'s.
+        runtime_params={"trigger": "available_now", "metrics_port": 0, **params},
     ) as session:
         session.run(pipeline_name=pipeline_name)
 

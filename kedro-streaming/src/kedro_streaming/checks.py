@@ -22,7 +22,12 @@ from pyspark.sql.utils import is_remote
 from .dataset import APPEND_ONLY_FORMATS, SparkDataset, SparkStreamingDataset
 from .errors import StreamingConfigError
 from .options import INTERVAL_TRIGGERS, OptionNames, interval_problem, option_problems
-from .security import connection_problem, forbidden_topics, kafka_python_logs
+from .security import (
+    connection_problem,
+    forbidden_topics,
+    kafka_python_logs,
+    login_problem,
+)
 from .session import spark_location
 from .state import SETTING_NAMES, StreamState
 
@@ -1042,12 +1047,20 @@ def _topic_messages(
 def offsets_reader(dataset: SparkStreamingDataset):
     """A kafka-python consumer of ``dataset``'s brokers, for the runtime's own
     reads of topics and offsets: no group, so nothing to commit (and no
-    warning from kafka-python about it)."""
-    from kafka import KafkaConsumer  # noqa: PLC0415
+    warning from kafka-python about it).
 
-    return KafkaConsumer(
-        **dataset.kafka_python_config, request_timeout_ms=5000, enable_auto_commit=False
-    )
+    Raises:
+        SaslAuthenticationFailedError: At once, the brokers refuse the login
+            (kafka-python alone would retry it for 30 s).
+    """
+    from kafka import KafkaConsumer  # noqa: PLC0415
+    from kafka.errors import SaslAuthenticationFailedError  # noqa: PLC0415
+
+    config = dataset.kafka_python_config
+    refused = login_problem(config["bootstrap_servers"] or "", dataset.kafka_security)
+    if refused:
+        raise SaslAuthenticationFailedError(refused)
+    return KafkaConsumer(**config, request_timeout_ms=5000, enable_auto_commit=False)
 
 
 def has_progress(checkpoint: str | None) -> bool:

@@ -34,6 +34,7 @@ Each series is taken from the progress log's own record of a micro-batch
 from __future__ import annotations
 
 import re
+import socket
 import ssl
 import threading
 import time
@@ -229,12 +230,7 @@ class StreamMetrics:
                 "metrics_tls_client_cafile in streaming.yml."
             ) from None
         except OSError as error:
-            raise StreamingConfigError(
-                f"Cannot serve the Prometheus metrics at {address}:{port} "
-                f"({error.strerror}): run with `--params metrics_port=<a free "
-                "port>` (another run may have this one), or "
-                "`--params metrics_port=0` for no endpoint."
-            ) from error
+            raise port_taken(address, port, error) from error
 
     @property
     def scheme(self) -> str:
@@ -251,6 +247,27 @@ class StreamMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def check_port_free(address: str, port: int) -> None:
+    """Fails unless the metrics endpoint could bind ``address:port``: a
+    port another process holds fails the run before Spark starts."""
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
+        # As the endpoint's HTTP server: a port in TIME_WAIT is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as error:
+            raise port_taken(address, port, error) from None
+
+
+def port_taken(address: str, port: int, error: OSError) -> StreamingConfigError:
+    return StreamingConfigError(
+        f"Cannot serve the Prometheus metrics at {address}:{port} "
+        f"({error.strerror}): run with `--params metrics_port=<a free "
+        "port>` (another run may have this one), or "
+        "`--params metrics_port=0` for no endpoint."
+    )
 
 
 class _AtScrape:

@@ -44,7 +44,7 @@ from .checks import (
 from .console import one_line_off_terminal, short_config_errors
 from .dataset import SparkStreamingDataset
 from .errors import StreamingConfigError, StreamingQueryFailed
-from .metrics import StreamMetrics
+from .metrics import StreamMetrics, check_port_free
 from .plans import Plans, check_plans
 from .progress import ProgressLog, describe_expectations
 from .session import spark_session
@@ -112,6 +112,10 @@ class StreamingQueryHooks:
         check_before_spark(
             catalog, pipeline, self._settings, self._state, other_envs=self._other_envs
         )
+        if streaming_datasets(catalog, pipeline.all_outputs()):
+            address, port = self._metrics_endpoint()
+            if port:  # taken: say so before Spark starts, not after
+                check_port_free(address, port)
         checking = time.monotonic() - began
         spark = spark_session()
         began = time.monotonic()
@@ -223,8 +227,8 @@ class StreamingQueryHooks:
             self._metrics.close()
             self._metrics = None
 
-    def _serve_metrics(self) -> StreamMetrics | None:
-        """The run's Prometheus endpoint, unless ``metrics_port`` is 0."""
+    def _metrics_endpoint(self) -> tuple[str, int]:
+        """``metrics_address`` and ``metrics_port`` (0: no endpoint)."""
         address = str(self._settings.get("metrics_address", "127.0.0.1"))
         port = self._settings.get("metrics_port", 0)
         with contextlib.suppress(TypeError, ValueError):
@@ -234,6 +238,11 @@ class StreamingQueryHooks:
                 f"metrics_port '{port}' in streaming.yml is not a port: set a "
                 "number from 1 to 65535, or 0 for no Prometheus endpoint."
             )
+        return address, port
+
+    def _serve_metrics(self) -> StreamMetrics | None:
+        """The run's Prometheus endpoint, unless ``metrics_port`` is 0."""
+        address, port = self._metrics_endpoint()
         linger = self._settings.get("metrics_serve_after_failure", 0)
         try:
             self._serve_after_failure = float(linger)

@@ -25,6 +25,7 @@ import re
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from . import sasl
 from .errors import StreamingConfigError
 
 # The short keys of a credentials entry, and the Kafka setting each stands for.
@@ -416,7 +418,8 @@ def connection_problem(
     Found with a TCP connection, a TLS handshake as the Kafka client makes it
     and a first Kafka request: an unknown CA, a hostname mismatch, an expired
     or not yet valid certificate, a missing client certificate, a TLS client
-    on a plain port and the reverse. SASL logins are the Kafka client's to check.
+    on a plain port and the reverse; then a SASL login (PLAIN, SCRAM) the
+    brokers refuse (:func:`login_problem`).
     """
     host, _, port = servers.split(",", maxsplit=1)[0].strip().rpartition(":")
     host = host.strip("[]")
@@ -436,8 +439,40 @@ def connection_problem(
         return None  # nothing listens: the Kafka client's timeout says so
     with raw:
         if security.uses_tls:
-            return _tls_problem(raw, host, security)
-        return _plain_problem(raw, host)
+            problem = _tls_problem(raw, host, security)
+        else:
+            problem = _plain_problem(raw, host)
+    return problem or login_problem(servers, security, timeout)
+
+
+def login_problem(
+    servers: str, security: KafkaSecurity, timeout: float = 5.0
+) -> str | None:
+    """Why the first broker of ``servers`` refuses ``security``'s SASL login
+    (PLAIN, SCRAM), from its own answer, at once; None when it accepts it,
+    or when this cannot tell (no SASL, another mechanism, no answer): the
+    Kafka client's own attempt then says."""
+    if not security.uses_sasl or security.mechanism not in sasl.MECHANISMS:
+        return None
+    host, _, port = servers.split(",", maxsplit=1)[0].strip().rpartition(":")
+    host = host.strip("[]")
+    client = security.kafka_python()
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as raw:
+            connection = (
+                security.ssl_context.wrap_socket(raw, server_hostname=host)
+                if security.uses_tls
+                else raw
+            )
+            with connection:
+                return sasl.login_refusal(
+                    connection,
+                    security.mechanism,
+                    client["sasl_plain_username"] or "",
+                    client["sasl_plain_password"] or "",
+                )
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
 
 
 def _answers_kafka(connection) -> bool:
@@ -523,7 +558,7 @@ def _plain_problem(raw: socket.socket, host: str) -> str | None:
 # -- kafka-python's failures ---------------------------------------------------
 
 
-def _login_refused(logged: list[str]) -> bool:
+def login_refused(logged: list[str]) -> bool:
     text = " ".join(logged)
     return "SaslAuthenticationFailed" in text or "Authentication failed" in text
 
@@ -545,7 +580,7 @@ def _login_refused_on_retry(
                     **security.kafka_python(),
                 ).close()
             except KafkaError:
-                if _login_refused(logged):
+                if login_refused(logged):
                     return True
             else:
                 return False
@@ -599,7 +634,7 @@ def client_failure(
             f"({type(error).__name__}: {error})"
         )
     if security.uses_sasl and (
-        _login_refused(logged) or _login_refused_on_retry(servers, security)
+        login_refused(logged) or _login_refused_on_retry(servers, security)
     ):
         return (
             f"refused the {security.mechanism} login of user "

@@ -575,13 +575,19 @@ class LocalKafka:
     def _choose_ports(self) -> None:
         self.port, self.sasl_port = self._requested_ports
         wanted = [p for p in self._requested_ports if p is not None]
+        requested = [*wanted, *filter(None, self._requested_tls_ports.values())]
+        twice = sorted({port for port in requested if requested.count(port) > 1})
+        if twice:  # Kafka would fail with a stack about two listeners on one port
+            raise BrokerError(
+                f"port {twice[0]} is asked for two listeners: give each its own"
+            )
         for port in wanted:
             if not port_is_free(port):
                 raise BrokerError(f"port {port} on {HOST} is already in use")
         free = iter(
-            free_ports(5 + len(self._tls_names()))
+            free_ports(5 + len(self._tls_names()) + len(requested))
         )  # spares in case one equals a requested port
-        used = set(wanted)
+        used = set(requested)
 
         def pick() -> int:
             port = next(free)
@@ -936,10 +942,8 @@ def start(
         f"(pid {kafka.pid}, data {data_dir}, log {kafka.log_path})",
         file=sys.stderr,
     )
-    if kafka.sasl_bootstrap_servers:
-        say(f"SASL_PLAINTEXT listener: {kafka.sasl_bootstrap_servers}", file=sys.stderr)
-    for name, servers in kafka.tls_bootstrap_servers.items():
-        say(f"{name} listener: {servers}", file=sys.stderr)
+    for line in listener_lines(kafka):
+        say(line, file=sys.stderr)
     if kafka.tls_dir:
         say(
             f"TLS files (CA, client key stores, their password): {kafka.tls_dir}",
@@ -947,6 +951,26 @@ def start(
         )
     say(kafka.bootstrap_servers)
     return 0
+
+
+def listener_lines(kafka: LocalKafka) -> list[str]:
+    """Which port serves what: a line per listener, with the
+    ``security_protocol`` (and logins) a client of it sets."""
+    logins = "PLAIN and SCRAM-SHA-512 logins"
+    lines = [f"PLAINTEXT listener: {kafka.bootstrap_servers} (no TLS, no login)"]
+    if kafka.sasl_bootstrap_servers:
+        lines.append(
+            f"SASL_PLAINTEXT listener: {kafka.sasl_bootstrap_servers} "
+            f"(security_protocol SASL_PLAINTEXT: {logins})"
+        )
+    serves = {
+        "SSL": "security_protocol SSL: the broker's certificate",
+        "MTLS": "security_protocol SSL, with a client certificate",
+        "SASL_SSL": f"security_protocol SASL_SSL: {logins}",
+    }
+    for name, servers in kafka.tls_bootstrap_servers.items():
+        lines.append(f"{name} listener: {servers} ({serves.get(name, 'SSL')})")
+    return lines
 
 
 def stop(data_dir: Path, grace: float = 20.0) -> int:

@@ -18,6 +18,7 @@ topics and credentials, Spark settings) from ``conf/<env>``, as
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import os
@@ -36,7 +37,7 @@ from ..schema_registry import SchemaRegistry, avro_reader
 from . import broker, kafka, registry, spark
 from .certificates import ensure_tls_files
 from .config import kafka_conf, project_config
-from .processes import ProcessError, say, stop_recorded
+from .processes import ProcessError, port_is_free, say, stop_recorded
 
 
 def run_send(args: argparse.Namespace) -> int:
@@ -161,40 +162,79 @@ def run_broker(args: argparse.Namespace) -> int:
         broker.create_scram_users(servers, _sasl_users(args.sasl_user))
         say(f"SCRAM-SHA-512 logins of {', '.join(args.sasl_user)} on {servers}")
         return 0
+    users = _sasl_users(args.sasl_user)
+    tls_ports = (
+        dict(zip(("SSL", "MTLS", "SASL_SSL"), args.tls_ports)) if args.tls else None
+    )
+    # The broker's other listeners, by port: the plain one must not take theirs.
+    others = {port: name for name, port in (tls_ports or {}).items() if port}
+    if users and args.sasl_port:
+        others[args.sasl_port] = "SASL_PLAINTEXT"
     port = args.port
     if port is None:
-        try:
-            servers = kafka_conf(args.env)[0]["bootstrap_servers"]
-        except ValueError:  # conf/<env> not written yet: Kafka's usual port
-            servers = "localhost:9092"
-        port = int(servers.split(",")[0].rpartition(":")[2])
+        port = _plain_port(args.env, others)
+    elif port in others:
+        raise ValueError(
+            f"--port {port} is the {others[port]} listener's too: give another "
+            "(0: any free one)"
+        )
     return broker.start(
         args.data_dir,
         port,
-        sasl_users=_sasl_users(args.sasl_user),
+        sasl_users=users,
         sasl_port=args.sasl_port,
         heap=args.heap,
         timeout=args.timeout,
-        tls_ports=dict(zip(("SSL", "MTLS", "SASL_SSL"), args.tls_ports))
-        if args.tls
-        else None,
+        tls_ports=tls_ports,
     )
 
 
+def _plain_port(env: str, others: dict[int, str]) -> int:
+    """The PLAINTEXT listener's port: that of ``kafka.bootstrap_servers``
+    unless one of ``others`` (the broker's other listeners) has it, as when
+    the project talks to the SASL_SSL one; then Kafka's usual 9092, or any
+    free port (0) if that is taken."""
+    try:
+        servers = kafka_conf(env)[0]["bootstrap_servers"]
+    except ValueError:  # conf/<env> not written yet: Kafka's usual port
+        servers = "localhost:9092"
+    port = int(servers.split(",")[0].rpartition(":")[2])
+    if port not in others:
+        return port
+    plain = 9092 if 9092 not in others and port_is_free(9092) else 0
+    say(
+        f"kafka.bootstrap_servers of conf/{env} ({servers}) is the {others[port]} "
+        f"listener's: the PLAINTEXT listener takes {plain or 'a free port'}",
+        file=sys.stderr,
+    )
+    return plain
+
+
 def _sasl_users(specs: list[str] | None) -> dict[str, str]:
-    """``{user: password}`` of ``--sasl-user USER[:PASSWORD]`` options."""
+    """``{user: password}`` of ``--sasl-user USER`` options: the password the
+    project's credentials read, $KAFKA_SASL_PASSWORD, else asked for on a
+    terminal; never from the command line (where `ps` and the shell's history
+    would show it)."""
     users = {}
     for spec in specs or []:
-        user, colon, password = spec.partition(":")
-        if not colon:
-            # USER alone: the password the project's credentials read, kept
-            # off the command line (and so out of `ps`).
-            password = os.environ.get("KAFKA_SASL_PASSWORD")
-            if not password:
-                raise ValueError(
-                    f"--sasl-user {user}: give USER:PASSWORD, or export "
-                    "KAFKA_SASL_PASSWORD"
-                )
+        user, colon, _ = spec.partition(":")
+        if colon:
+            raise ValueError(
+                f"--sasl-user {user}:...: a password on the command line is "
+                "shown to every user of this machine (ps) and kept in the "
+                f"shell's history. Give --sasl-user {user} and export "
+                "KAFKA_SASL_PASSWORD (or type it when asked, on a terminal)"
+            )
+        password = os.environ.get("KAFKA_SASL_PASSWORD")
+        if not password and sys.stdin.isatty():
+            password = getpass.getpass(
+                f"Password of {user} (or $KAFKA_SASL_PASSWORD): "
+            )
+        if not password:
+            raise ValueError(
+                f"--sasl-user {user}: export KAFKA_SASL_PASSWORD, its password "
+                "(on a terminal, the command asks for it)"
+            )
         users[user] = password
     return users
 
@@ -375,15 +415,18 @@ def parser() -> argparse.ArgumentParser:
     commands = kafka.add_subparsers(dest="command", required=True)
     start = commands.add_parser("start", help="start it, detached; wait until ready")
     start.add_argument(
-        "--port", type=int, help="default: that of kafka.bootstrap_servers; 0: any"
+        "--port",
+        type=int,
+        help="the PLAINTEXT listener's (default: that of kafka.bootstrap_servers, "
+        "unless a TLS or SASL listener has it; 0: any)",
     )
     start.add_argument(
         "--sasl-user",
         action="append",
-        metavar="USER[:PASSWORD]",
+        metavar="USER",
         help="add a SASL_PLAINTEXT listener (and SASL_SSL with --tls) with this "
-        "user, for PLAIN and SCRAM-SHA-512 (repeatable); without :PASSWORD, "
-        "the password is $KAFKA_SASL_PASSWORD",
+        "user, for PLAIN and SCRAM-SHA-512 (repeatable); the password is "
+        "$KAFKA_SASL_PASSWORD, or asked for on a terminal",
     )
     start.add_argument("--sasl-port", type=int)
     start.add_argument(
@@ -423,8 +466,9 @@ def parser() -> argparse.ArgumentParser:
             "--sasl-user",
             action="append",
             required=command is add_users,
-            metavar="USER[:PASSWORD]",
-            help="a login (repeatable); without :PASSWORD, $KAFKA_SASL_PASSWORD",
+            metavar="USER",
+            help="a login (repeatable); its password $KAFKA_SASL_PASSWORD, or "
+            "asked for on a terminal",
         )
     for command in (start, stop, status, reset, tls_files):
         command.add_argument("--data-dir", type=Path, default=broker.DATA_DIR)

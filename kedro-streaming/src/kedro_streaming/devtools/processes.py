@@ -48,6 +48,39 @@ def free_ports(count: int, host: str = HOST) -> list[int]:
         return ports
 
 
+# The ports the project's services take unless told otherwise: a second
+# session of tests, or a test beside a user's own services, must not need them.
+DEFAULT_PORTS = {
+    9092: "Kafka's PLAINTEXT listener (broker start, docker compose)",
+    9093: "Kafka's SSL listener (broker start --tls)",
+    9094: "Kafka's mutual TLS listener (broker start --tls)",
+    9095: "Kafka's SASL_SSL listener (broker start --tls)",
+    9464: "a run's Prometheus metrics (metrics_port)",
+    4040: "a run's Spark UI (spark_ui_port)",
+    8081: "the schema registry (registry start)",
+    7077: "the Spark standalone master (cluster start)",
+    15002: "the Spark Connect server (connect start)",
+}
+
+
+@contextlib.contextmanager
+def hold_ports(ports, host: str = HOST):
+    """Binds and listens on each of ``ports`` that is free, until the block
+    ends, so that anything else binding one of them fails; yields the held
+    ports. (A port taken already is someone else's: left alone.)"""
+    with contextlib.ExitStack() as stack:
+        held = []
+        for port in ports:
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            sock.listen()
+            held.append(port)
+        yield held
+
+
 def tail(path: Path, lines: int) -> str:
     """Returns the last ``lines`` lines of a text file ('' if missing)."""
     if lines <= 0:
