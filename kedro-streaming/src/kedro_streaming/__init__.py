@@ -39,7 +39,7 @@ from typing import Any
 
 from .console import quiet_resolver_deprecation
 
-__version__ = "0.5.2"
+__version__ = "0.6.0"
 
 quiet_resolver_deprecation()
 
