@@ -90,6 +90,39 @@ def test_delta_tables_match_the_reference_one_commit_per_batch(
         version = DeltaTable(str(tables / table)).version()
         assert re.search(rf"^{query}: .* · Delta version {version} · ", status, re.M)
 
+    # The record schema changes without a reset: a field added, another
+    # retyped. Before any query starts, the committed Delta table's schema
+    # is compared with what bronze's query would write: the new column is
+    # noted, the retyped one refused with its types and the fix; nothing is
+    # written.
+    nodes = next(fresh_project.glob("src/*/pipelines/ingest/nodes.py"))
+    nodes.write_text(
+        nodes.read_text().replace(
+            '"trip_type": "int",', '"trip_type": "string",\n    "tip_pct": "double",'
+        )
+    )
+    bronze = DeltaTable(str(tables / TABLES["bronze_trips"])).version()
+    for command in (
+        ["streams", "validate", *DELTA, "--pipelines", "ingest"],
+        ["run", *DELTA, "--pipelines", "ingest", "--params", FILE_BY_FILE],
+    ):
+        refused = run([project_bin / "kedro", *command], cwd=fresh_project, check=False)
+        assert refused.returncode == 1, refused.output
+        output = " ".join(refused.output.split())
+        assert (
+            "'bronze_trips' gains column tip_pct (double): accepted (rows written "
+            "before read it as null)." in output
+        )
+        assert (
+            "query bronze_trips (node check_trips): 'bronze_trips' would no longer "
+            "match its committed files: column trip_type was int, is now string. "
+            "Fix: keep the committed columns and types in the node that writes it, "
+            "or `kedro streams reset bronze_trips`" in output
+        )
+        assert "Started streaming query" not in refused.output
+        assert "Traceback" not in refused.output
+    assert DeltaTable(str(tables / TABLES["bronze_trips"])).version() == bronze
+
 
 def wait_for(condition, what: str, process: subprocess.Popen, log: Path, timeout=240):
     deadline = time.monotonic() + timeout

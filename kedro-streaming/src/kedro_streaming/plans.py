@@ -28,6 +28,8 @@ from .dataset import SCHEMA_FREE_FORMATS, SparkStreamingDataset
 from .errors import StreamingConfigError
 from .sink_schemas import check_sink_schema
 
+logger = logging.getLogger(__name__)
+
 # What a node's run logs itself, and each load: the dry run reports a
 # failure once, as its own line, and a real run's log shows its loads once.
 _QUIET_LOGGERS = ("kedro.pipeline.node", "kedro.io.data_catalog")
@@ -109,12 +111,14 @@ def check_plans(
     pipeline: Pipeline,
     sinks: dict[str, SparkStreamingDataset],
 ) -> Plans:
-    """``build_plans``, failing on any problem: one line each.
+    """``build_plans``, its notes logged, failing on any problem: one line each.
 
     Raises:
         StreamingConfigError: A query cannot start as its nodes build it.
     """
     plans = build_plans(spark, catalog, pipeline, sinks)
+    for note in plans.notes:  # said whether the run goes on or not
+        logger.warning("%s.", note)
     if plans.problems:
         raise StreamingConfigError(
             "Streaming queries cannot start as the pipeline's nodes build them "
@@ -268,11 +272,11 @@ def _queries_of(
 @contextmanager
 def _quiet() -> Iterator[None]:
     loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
+    levels = [each.level for each in loggers]
+    for each in loggers:
+        each.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
+        for each, level in zip(loggers, levels, strict=True):
+            each.setLevel(level)

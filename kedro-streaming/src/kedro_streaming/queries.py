@@ -135,8 +135,6 @@ class StreamingQueryHooks:
             len(streaming_datasets(catalog, pipeline.inputs())),
             len(sinks),
         )
-        for note in plans.notes:
-            logger.warning("%s.", note)
         for line in fan_out(catalog, pipeline, list(sinks)):
             logger.warning("Fan-out: %s.", line)
         trigger = run_trigger(self._settings)
