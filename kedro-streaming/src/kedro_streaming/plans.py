@@ -21,6 +21,7 @@ from typing import Any
 from kedro.io import DataCatalog
 from kedro.io.core import DatasetError
 from kedro.pipeline import Pipeline
+from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
 from .checks import headline, real_time_plan_problem
@@ -29,6 +30,10 @@ from .errors import StreamingConfigError
 from .sink_schemas import check_sink_schema
 
 logger = logging.getLogger(__name__)
+
+# What a stream over a sink with nothing committed yet says, over Spark
+# Connect (classic Spark says it when the stream is made: a DatasetError).
+_NOTHING_YET = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA", "DELTA_SCHEMA_NOT_SET")
 
 # What a node's run logs itself, and each load: the dry run reports a
 # failure once, as its own line, and a real run's log shows its loads once.
@@ -243,9 +248,15 @@ def _input(
     dataset, frame = sinks[name], frames[name]
     own_schema = dataset.file_format in SCHEMA_FREE_FORMATS
     try:
-        return dataset.stream(schema=None if own_schema else frame.schema)
+        stream = dataset.stream(schema=None if own_schema else frame.schema)
+        stream.schema  # noqa: B018 (Spark Connect looks at the folder only now)
     except DatasetError:
         return _stream_like(spark, frame)
+    except AnalysisException as error:
+        if not any(cause in str(error) for cause in _NOTHING_YET):
+            raise
+        return _stream_like(spark, frame)
+    return stream
 
 
 def _stream_like(spark: Any, frame: Any) -> Any:
