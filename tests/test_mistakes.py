@@ -229,7 +229,7 @@ CASES = [
         ["--pipelines", "records"],
         # parse_records names the schema and where to fix it, then Spark's
         # reason; refused by the dry run of every query before the first starts.
-        f"{NODES_FAIL}\n  - query checked_records: node parse_records fails: The "
+        f"{NODES_FAIL}\n  - query checked_records, quarantined_records: node parse_records fails: The "
         "record schema 'device STRING NOT NULL, at TIMESTAMP, temperature_c "
         "DOUBEL' is not Spark SQL DDL: …",
         True,
@@ -243,7 +243,7 @@ CASES = [
         },
         ["--pipelines", "records"],
         # Spark's own reason follows, with its suggestion of temperature_c.
-        f"{NODES_FAIL}\n  - query checked_records: node check_records fails: "
+        f"{NODES_FAIL}\n  - query checked_records, quarantined_records: node check_records fails: "
         "expectation 'temperature_plausible' "
         "(record_expectations, conf/base/parameters_expectations.yml): "
         "`temprature_c BETWEEN -50 AND 60` cannot be checked: "
