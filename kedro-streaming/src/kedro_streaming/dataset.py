@@ -55,17 +55,9 @@ AVRO_OPTIONS = (
     "key_subject",
     "credentials",
 )
-# The keys of a catalog entry, and the plugin's own keys of save_args and
-# load_args: their other keys are Spark's options, which options.py checks.
-_ENTRY_KEYS = (
-    "filepath",
-    "file_format",
-    "load_args",
-    "save_args",
-    "credentials",
-    "avro",
-    "metadata",
-)
+# The plugin's own keys of save_args and load_args (a catalog entry's are
+# SparkStreamingDataset's arguments, _ENTRY_KEYS): their other keys are
+# Spark's options, which options.py checks.
 _SAVE_KEYS = (
     "output_mode",
     "checkpoint",
@@ -868,6 +860,16 @@ def _missing_local_folder(path: str | None) -> str | None:
 
 def _is_secret(key: str) -> bool:
     return any(marker in key.lower() for marker in _SECRET_MARKERS)
+
+
+# The keys a catalog entry may have: SparkStreamingDataset's arguments.
+_ENTRY_KEYS = tuple(
+    name
+    for name, parameter in inspect.signature(
+        SparkStreamingDataset.__init__
+    ).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+)
 
 
 def _close_key(key: str, keys: tuple[str, ...]) -> str | None:

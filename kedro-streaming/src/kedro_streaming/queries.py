@@ -112,7 +112,8 @@ class StreamingQueryHooks:
         check_before_spark(
             catalog, pipeline, self._settings, self._state, other_envs=self._other_envs
         )
-        if streaming_datasets(catalog, pipeline.all_outputs()):
+        sinks = streaming_datasets(catalog, pipeline.all_outputs())
+        if sinks:
             address, port = self._metrics_endpoint()
             if port:  # taken: say so before Spark starts, not after
                 check_port_free(address, port)
@@ -120,7 +121,6 @@ class StreamingQueryHooks:
         spark = spark_session()
         began = time.monotonic()
         check_run(spark, catalog, pipeline, self._settings, env=run_params.get("env"))
-        sinks = streaming_datasets(catalog, pipeline.all_outputs())
         # Every query built and checked before the first starts, as `validate`
         # does: a node's mistake fails the run before anything is written.
         planning = time.monotonic()
