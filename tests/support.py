@@ -339,6 +339,20 @@ def install_project(project: Path, env_dir: Path) -> Path:
     return bin_dir
 
 
+def installed_from(bin_dir: Path, package: str) -> dict:
+    """Where pip installed ``package`` in the virtualenv from (PEP 610)."""
+    found = run(
+        [
+            bin_dir / "python",
+            "-c",
+            "import importlib.metadata as m, sys;"
+            f"print(m.distribution('{package}').read_text('direct_url.json'))",
+        ],
+        cwd=bin_dir,
+    )
+    return json.loads(found.stdout)
+
+
 def kedro_run(
     bin_dir: Path, project: Path, *args: str, params=BOUNDED, check: bool = True
 ) -> subprocess.CompletedProcess:

@@ -8,12 +8,14 @@ dependencies: they need the same ones), so they cost no second PySpark.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import re
 import shutil
 import textwrap
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from support import (
     PLUGIN_VERSION,
     STARTER_ROOT,
     assert_tidy_home,
+    installed_from,
     quiet_env,
     run,
     walkthrough_project,
@@ -106,6 +109,43 @@ def project_files(project: Path) -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def plugin_one_minor_up(project_bin: Path, workdir: Path) -> Iterator[str]:
+    """The plugin one minor version up, built from a copy of this repository
+    and installed over the venv's; afterwards exactly what the venv held (the
+    project's own wheel), which other tests check, is put back."""
+    bumped = workdir / "starter"
+    bumped.mkdir()
+    shutil.copy(STARTER_ROOT / "pyproject.toml", bumped)
+    shutil.copytree(
+        PLUGIN_ROOT,
+        bumped / PLUGIN_ROOT.name,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
+    init = bumped / PLUGIN_ROOT.name / "src/kedro_streaming/__init__.py"
+    major, minor, _ = PLUGIN_VERSION.split(".")
+    new_version = f"{major}.{int(minor) + 1}.0"
+    init.write_text(init.read_text().replace(f'"{PLUGIN_VERSION}"', f'"{new_version}"'))
+    pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
+    origin = installed_from(project_bin, "kedro_streaming")
+    editable = origin.get("dir_info", {}).get("editable")
+    installed = ["-e", origin["url"]] if editable else [origin["url"]]
+    try:
+        run([*pip, bumped], cwd=workdir, timeout=300)
+        version = run(
+            [
+                project_bin / "python",
+                "-c",
+                "import kedro_streaming as k; print(k.__version__)",
+            ],
+            cwd=workdir,
+        )
+        assert version.stdout.strip() == new_version
+        yield new_version
+    finally:
+        run([*pip, "--force-reinstall", *installed], cwd=workdir, timeout=300)
+
+
 def test_without_the_example_a_small_project_runs_tests_and_upgrades(
     sensor_project, project_bin, tmp_path
 ):
@@ -141,30 +181,7 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
 
     # The plugin one minor up, built from a copy of this repository's.
     before = project_files(project)
-    bumped = tmp_path / "starter"
-    bumped.mkdir()
-    shutil.copy(STARTER_ROOT / "pyproject.toml", bumped)
-    shutil.copytree(
-        PLUGIN_ROOT,
-        bumped / PLUGIN_ROOT.name,
-        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
-    )
-    init = bumped / PLUGIN_ROOT.name / "src/kedro_streaming/__init__.py"
-    major, minor, _ = PLUGIN_VERSION.split(".")
-    new_version = f"{major}.{int(minor) + 1}.0"
-    init.write_text(init.read_text().replace(f'"{PLUGIN_VERSION}"', f'"{new_version}"'))
-    pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
-    try:
-        run([*pip, bumped], cwd=tmp_path, timeout=300)
-        version = run(
-            [
-                project_bin / "python",
-                "-c",
-                "import kedro_streaming as k; print(k.__version__)",
-            ],
-            cwd=tmp_path,
-        )
-        assert version.stdout.strip() == new_version
+    with plugin_one_minor_up(project_bin, tmp_path):
         more = [
             json.dumps(
                 {"device": "boiler-1", "at": "2026-11-26T11:00:00Z", "temperature_c": t}
@@ -180,8 +197,6 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
             cwd=project,
         )
         assert " passed" in own.stdout and "failed" not in own.stdout
-    finally:
-        run([*pip, "--force-reinstall", STARTER_ROOT], cwd=tmp_path, timeout=300)
     (landing / "records-0001.json").unlink()
     # Not a file of the project changed (runs may add logs, not change files).
     after = project_files(project)

@@ -41,6 +41,7 @@ from support import (
     example_reference,
     free_port,
     generate_project,
+    installed_from,
     kedro_run,
     quiet_env,
     run,
@@ -80,20 +81,6 @@ def test_project_passes_ruff_and_its_own_tests(
     assert " passed" in result.stdout and "failed" not in result.stdout
     # Reported, not asserted: how long they take depends on the machine.
     print(f"generated project's tests: {result.seconds:.1f} s")
-
-
-def installed_from(bin_dir: Path, package: str) -> dict:
-    """Where pip installed ``package`` in the virtualenv from (PEP 610)."""
-    found = run(
-        [
-            bin_dir / "python",
-            "-c",
-            "import importlib.metadata as m, sys;"
-            f"print(m.distribution('{package}').read_text('direct_url.json'))",
-        ],
-        cwd=bin_dir,
-    )
-    return json.loads(found.stdout)
 
 
 def test_starter_tests_and_benchmarks_pass_ruff():
