@@ -5,6 +5,7 @@ import re
 import socket
 import subprocess
 import sys
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.request import urlopen
@@ -358,6 +359,71 @@ def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
     )
     assert catalog["first"].query is None
     assert sorted(path.name for path in here.iterdir()) == ["in"]
+
+
+def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark):
+    """The dry run's DataFrames are the run's: a node runs once, unless it
+    reads a sink of the same run, which the dry run read as a stand-in (the
+    run reads it once written). The nodes' functions are theirs again after."""
+    here = Path.cwd()
+    (here / "in" / "0.json").write_text('{"id": 1}\n{"id": 2}\n')
+    catalog = DataCatalog.from_config(
+        {
+            "in": {**SOURCE, "filepath": str(here / "in")},
+            **{
+                name: {
+                    **sink(name),
+                    "filepath": str(here / name),
+                    "save_args": {"checkpoint": str(here / "checkpoints" / name)},
+                }
+                for name in ("first", "second")
+            },
+        },
+    )
+    calls = Counter()
+
+    def counting(step):
+        def function(frame):
+            calls[step] += 1
+            return frame.withColumn(step, F.lit(calls[step]))
+
+        function.__name__ = step
+        return function
+
+    nodes = pipeline(
+        [
+            node(counting("typed"), "in", "typed", name="typed"),
+            node(counting("checked"), "typed", "first", name="checked"),
+            node(counting("copied"), "first", "second", name="copied"),
+        ]
+    )
+    functions = [each.func for each in nodes.nodes]
+    hooks = StreamingQueryHooks()
+    hooks.after_context_created(
+        type(
+            "Context",
+            (),
+            {
+                "config_loader": {
+                    "streaming": {"metrics_port": 0, "trigger": "available_now"}
+                }
+            },
+        )
+    )
+    hook_manager = _create_hook_manager()
+    hook_manager.register(hooks)
+    hooks.before_pipeline_run({}, nodes, catalog)
+    SequentialRunner().run(nodes, catalog, hook_manager)
+    hooks.after_pipeline_run({})
+
+    assert calls == {"typed": 1, "checked": 1, "copied": 2}
+    assert [each.func for each in nodes.nodes] == functions
+    # What was checked is what ran: the dry run's columns (call 1), and
+    # `copied` as the run built it, on what `first` holds (call 2).
+    rows = sorted(
+        tuple(row) for row in spark.read.parquet(str(here / "second")).collect()
+    )
+    assert rows == [(1, 1, 1, 2), (2, 1, 1, 2)]
 
 
 def test_relative_paths_are_refused_when_spark_is_elsewhere():

@@ -7,20 +7,23 @@ streams validate`` is this dry run: a node or parameter mistake is one line
 naming the node and its cause, and nothing has started.
 
 Nothing is written, no checkpoint is made and no offset is read: a streaming
-DataFrame reads nothing until its query starts.
+DataFrame reads nothing until its query starts. ``kedro run`` then starts the
+DataFrames it checked (``Plans.replay``): each node runs once.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from kedro.io import DataCatalog
 from kedro.io.core import DatasetError
-from kedro.pipeline import Pipeline
+from kedro.pipeline import Node, Pipeline
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
@@ -53,12 +56,35 @@ class Plans:
             run, which the dry run read as a stand-in (see ``_input``).
         notes: One line per change a query may make, to say before it starts
             (a column a sink gains).
+        returned: What each node's function returned, for the nodes not
+            built on a stand-in: the run's own.
     """
 
     frames: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     stand_ins: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    returned: dict[Node, Any] = field(default_factory=dict)
+
+    def replay(self) -> Callable[[], None]:
+        """Makes each node in ``returned`` return, when the run calls it, what
+        it returned in the dry run (once; later calls run the function), so
+        the run starts the DataFrames that were checked and no node runs
+        twice. Returns what puts every function back (call it when the run
+        ends, whether or not each node ran).
+
+        A node built on a stand-in (it reads a sink of this run) runs again:
+        the run reads that sink once it is written.
+        """
+        originals = {node: node.func for node in self.returned}
+
+        def put_back() -> None:
+            for node, func in originals.items():
+                node.func = func
+
+        for node, returned in self.returned.items():
+            node.func = _once(node, returned)
+        return put_back
 
 
 def build_plans(
@@ -87,7 +113,7 @@ def build_plans(
             with _quiet():
                 for name in node.inputs:
                     inputs[name] = _input(spark, catalog, sinks, frames, name)
-                outputs = node.run(inputs)
+                returned, outputs = _run_recorded(node, inputs)
         except Exception as error:  # a node's own error, reported with its query
             failed |= set(node.outputs)
             queries = _queries_of(pipeline, sinks, node.outputs)
@@ -99,6 +125,8 @@ def build_plans(
         frames.update(outputs)
         if any(name in standing or name in sinks for name in node.inputs):
             standing |= set(outputs)
+        elif not inspect.isgenerator(returned):  # a generator is spent
+            plans.returned[node] = returned
         for name in sorted(set(outputs) & set(sinks)):
             problem = sink_plan_problem(spark, sinks[name], outputs[name], plans, name)
             if problem:
@@ -268,6 +296,37 @@ def _stream_like(spark: Any, frame: Any) -> Any:
             *(F.lit(None).cast(f.dataType).alias(f.name) for f in frame.schema.fields)
         )
     )
+
+
+def _run_recorded(node: Node, inputs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``node.run(inputs)``, and what its function returned."""
+    func = node.func
+    returned: list[Any] = []
+
+    @functools.wraps(func)
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        returned.append(func(*args, **kwargs))
+        return returned[0]
+
+    node.func = recording  # Kedro's way to wrap a node's function
+    try:
+        outputs = node.run(inputs)
+    finally:
+        node.func = func
+    return returned[0], outputs
+
+
+def _once(node: Node, returned: Any) -> Callable[..., Any]:
+    """A node's function that returns ``returned`` on its first call and
+    then is the function again."""
+    func = node.func
+
+    @functools.wraps(func)
+    def replayed(*args: Any, **kwargs: Any) -> Any:
+        node.func = func
+        return returned
+
+    return replayed
 
 
 def _queries_of(

@@ -16,6 +16,7 @@ import logging
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from kedro.framework.context import KedroContext
@@ -75,6 +76,7 @@ class StreamingQueryHooks:
         self._failed = False
         self._replans = 0
         self._serve_after_failure = 0.0
+        self._put_back_nodes: Callable[[], None] = _nothing
         self._previous_handlers: dict[int, Any] = {}
         self._state = StreamState.from_settings({})
         self._progress = ProgressLog()
@@ -148,6 +150,8 @@ class StreamingQueryHooks:
         self._metrics = self._serve_metrics() if sinks else None
         self._progress = ProgressLog(self._state, self._metrics)
         self._install_signal_handlers()
+        # Last: the run starts what was checked; each node runs once.
+        self._put_back_nodes = plans.replay()
 
     @hook_impl
     def before_dataset_saved(self, dataset_name: str, data: Any, node: Any) -> None:
@@ -217,6 +221,8 @@ class StreamingQueryHooks:
         self._end_run()
 
     def _end_run(self) -> None:
+        self._put_back_nodes()
+        self._put_back_nodes = _nothing
         self._state.stopped(list(self._queries))
         if self._metrics is not None and self._failed:
             self._serve_the_failure()
@@ -552,6 +558,10 @@ class StreamingQueryHooks:
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)
         self._previous_handlers = {}
+
+
+def _nothing() -> None:
+    pass
 
 
 def observed_metrics(frame: Any) -> set[tuple[str, int]]:
