@@ -32,6 +32,13 @@ from support import (
     streams,
 )
 
+# What follows Spark's words on an aggregation without a watermark in append mode.
+WATERMARK_FIX = (
+    "Fix: in the node, `.withWatermark(<event-time column>, <delay>)` before the "
+    "aggregation (append writes a window once the watermark passes it), or give "
+    "the sink `output_mode: update` or `complete`"
+)
+
 
 def status_lines(project_bin: Path, project: Path, *args: str) -> dict[str, str]:
     """`kedro streams status`: each sink's line, by sink."""
@@ -210,7 +217,7 @@ def test_validate_names_each_broken_query_and_writes_nothing(
         "mode: append. This output mode is not supported for streaming "
         "aggregations without watermark on streaming DataFrames/DataSets."
     )
-    assert refused in output
+    assert f"{refused} SQLSTATE: 42KDE {WATERMARK_FIX}" in output
     # `kedro run` makes the same dry run first: that line, and nothing starts.
     ran = kedro_run(project_bin, fresh_project, check=False)
     assert ran.returncode == 1
@@ -219,7 +226,7 @@ def test_validate_names_each_broken_query_and_writes_nothing(
     assert got == (
         "StreamingConfigError: Streaming queries cannot start as the pipeline's "
         "nodes build them (`kedro streams validate` lists the same):\n"
-        f"  - {refused} SQLSTATE: 42KDE"
+        f"  - {refused} SQLSTATE: 42KDE {WATERMARK_FIX}"
     ), ran.output[-3000:]
     assert "Traceback" not in ran.output
     assert "Started streaming query" not in ran.output

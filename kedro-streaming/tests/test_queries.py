@@ -308,7 +308,9 @@ BROKEN_SECOND_NODES = {
         "query second (node b_count): [STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION] "
         "Invalid streaming output mode: append. This output mode is not supported "
         "for streaming aggregations without watermark on streaming DataFrames/"
-        "DataSets. SQLSTATE: 42KDE",
+        "DataSets. SQLSTATE: 42KDE Fix: in the node, `.withWatermark(<event-time "
+        "column>, <delay>)` before the aggregation (append writes a window once the "
+        "watermark passes it), or give the sink `output_mode: update` or `complete`",
     ),
 }
 

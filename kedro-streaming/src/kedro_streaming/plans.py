@@ -211,7 +211,15 @@ def _output_mode_problem(spark: Any, mode: str, frame: Any) -> str | None:
             }[mode](),
         )
     except Exception as error:
-        return headline(error)
+        problem = headline(error)
+        if "aggregations without watermark" in problem:
+            problem += (
+                " Fix: in the node, `.withWatermark(<event-time column>, "
+                "<delay>)` before the aggregation (append writes a window once "
+                "the watermark passes it), or give the sink `output_mode: update`"
+                " or `complete`"
+            )
+        return problem
     return None
 
 
