@@ -870,6 +870,15 @@ def _read_state(data_dir: Path) -> dict | None:
         return None
 
 
+def running_plain_listener(data_dir: Path) -> str:
+    """The PLAINTEXT listener of the broker ``start`` runs from ``data_dir``,
+    else ``localhost:9092`` (the compose broker's)."""
+    state = _read_state(data_dir)
+    if state is not None and _state_is_ours(state):
+        return str(state["bootstrap_servers"])
+    return "localhost:9092"
+
+
 def _state_is_ours(state: dict) -> bool:
     """True if the recorded pid still runs the broker we started.
 

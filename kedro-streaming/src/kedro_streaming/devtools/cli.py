@@ -158,7 +158,7 @@ def run_broker(args: argparse.Namespace) -> int:
     if args.command == "tls-files":
         return write_tls_files(args)
     if args.command == "add-users":
-        servers = args.bootstrap_servers or "localhost:9092"
+        servers = args.bootstrap_servers or broker.running_plain_listener(args.data_dir)
         broker.create_scram_users(servers, _sasl_users(args.sasl_user))
         say(f"SCRAM-SHA-512 logins of {', '.join(args.sasl_user)} on {servers}")
         return 0
@@ -459,7 +459,8 @@ def parser() -> argparse.ArgumentParser:
     )
     add_users.add_argument(
         "--bootstrap-servers",
-        help="its PLAINTEXT listener (default localhost:9092)",
+        help="its PLAINTEXT listener (default: the one `broker start` runs, "
+        "else localhost:9092, the compose broker's)",
     )
     for command in (tls_files, add_users):
         command.add_argument(
@@ -470,7 +471,7 @@ def parser() -> argparse.ArgumentParser:
             help="a login (repeatable); its password $KAFKA_SASL_PASSWORD, or "
             "asked for on a terminal",
         )
-    for command in (start, stop, status, reset, tls_files):
+    for command in (start, stop, status, reset, tls_files, add_users):
         command.add_argument("--data-dir", type=Path, default=broker.DATA_DIR)
     start.add_argument("--env", default="kafka", help="conf/<env> (default kafka)")
 
