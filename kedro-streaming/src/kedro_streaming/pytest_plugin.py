@@ -5,6 +5,11 @@
   its ``conftest.py`` takes its place.
 - ``stream_test``: ``StreamTest`` on that session, in a folder of the test's
   own: ``stream_test(node_function, streams={...}, static={...})``.
+- ``project_parameters``: the project's parameters as ``kedro run`` reads
+  them (``conf/base`` then ``conf/local``, with the project's settings), so
+  that a test runs a node with the project's own schema and rules::
+
+      static={"params:record_schema": project_parameters["record_schema"]}
 """
 
 from __future__ import annotations
@@ -37,6 +42,21 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def project_parameters(request) -> dict:
+    """The parameters of the Kedro project pytest runs in (its rootdir)."""
+    from kedro.framework.project import settings  # noqa: PLC0415
+    from kedro.framework.startup import bootstrap_project  # noqa: PLC0415
+
+    root = request.config.rootpath
+    bootstrap_project(root)  # the project's settings.py: its config loader
+    loader = settings.CONFIG_LOADER_CLASS(
+        conf_source=str(root / settings.CONF_SOURCE),
+        **settings.CONFIG_LOADER_ARGS,
+    )
+    return dict(loader["parameters"])
 
 
 @pytest.fixture

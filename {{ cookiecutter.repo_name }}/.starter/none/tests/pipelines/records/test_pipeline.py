@@ -1,17 +1,11 @@
 """The records pipeline as a stream: two micro-batches, every record kept,
-the rejected ones in the quarantine too."""
+the rejected ones in the quarantine too. It runs with the project's own
+parameters (conf/base/parameters*.yml): change the schema or the rules there,
+and change the records and the expected rows here with them."""
 
 import json
 
 from {{ cookiecutter.python_package }}.pipelines.records.pipeline import create_pipeline
-
-SCHEMA = "device STRING NOT NULL, at TIMESTAMP, temperature_c DOUBLE"
-RULES = {
-    "temperature_plausible": {
-        "expect": "temperature_c BETWEEN -50 AND 60",
-        "action": "quarantine",
-    }
-}
 
 
 def reading(**fields) -> tuple[str]:
@@ -19,11 +13,14 @@ def reading(**fields) -> tuple[str]:
     return (json.dumps({"device": "d1", "at": "2026-11-26T10:00:00", **fields}),)
 
 
-def test_records_are_typed_checked_and_none_is_lost(stream_test):
+def test_records_are_typed_checked_and_none_is_lost(stream_test, project_parameters):
     records = stream_test(
         create_pipeline(),
         streams={"raw_records": "value STRING"},
-        static={"params:record_schema": SCHEMA, "params:record_expectations": RULES},
+        static={
+            f"params:{name}": project_parameters[name]
+            for name in ("record_schema", "record_expectations")
+        },
         sinks=["checked_records", "quarantined_records"],
     )
     first = records.step(
