@@ -1,21 +1,17 @@
-"""A SASL login to a Kafka broker, as Kafka's clients make it (PLAIN,
-SCRAM-SHA-256 and SCRAM-SHA-512), on a connection of its own: whether the
-broker refuses it, from the broker's answer, at once. (kafka-python retries
-a refused login until its bootstrap timeout, 30 s, and sometimes sees the
-connection close before the answer.)"""
+"""Whether a Kafka broker refuses a SASL login (PLAIN, SCRAM-SHA-256 and
+SCRAM-SHA-512), from the broker's answer, at once, on a connection of its
+own. kafka-python makes the login's messages (its SASL mechanisms); this
+sends them. (kafka-python's clients retry a refused login until their
+bootstrap timeout, 30 s, and then say only that they could not bootstrap.)"""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import os
 import socket
 import struct
-from collections.abc import Generator
 
-_HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
-MECHANISMS = ("PLAIN", *_HASHES)
+from kafka.net.sasl import get_sasl_mechanism
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # Kafka's API keys (both asked at version 1) and error codes.
 _HANDSHAKE, _AUTHENTICATE = 17, 36
 _UNSUPPORTED_MECHANISM, _AUTHENTICATION_FAILED = 33, 58
@@ -41,13 +37,13 @@ def login_refusal(
         )
     if error:
         raise ValueError(f"SaslHandshake error {error}")
-    if mechanism == "PLAIN":
-        steps = _plain_steps(username, password)
-    else:
-        steps = _scram_steps(mechanism, username, password)
-    message = next(steps)
+    login = get_sasl_mechanism(mechanism)(
+        sasl_mechanism=mechanism,
+        sasl_plain_username=username,
+        sasl_plain_password=password,
+    )
     while True:
-        error, answer = broker.authenticate(message)
+        error, answer = broker.authenticate(login.auth_bytes())
         if error == _AUTHENTICATION_FAILED:
             return (
                 f"refused the {mechanism} login of user '{username}': check the "
@@ -55,44 +51,9 @@ def login_refusal(
             )
         if error:
             raise ValueError(f"SaslAuthenticate error {error}")
-        try:
-            message = steps.send(answer)
-        except StopIteration:
+        login.receive(answer)
+        if login.is_done():  # the broker accepted each step
             return None
-
-
-def _plain_steps(username: str, password: str) -> Generator[bytes, bytes, None]:
-    """PLAIN's one message (RFC 4616)."""
-    yield f"\0{username}\0{password}".encode()
-
-
-def _scram_steps(
-    mechanism: str, username: str, password: str
-) -> Generator[bytes, bytes, None]:
-    """The client's SCRAM messages (RFC 5802); each gets the server's answer."""
-    digest = _HASHES[mechanism]
-    nonce = base64.b64encode(os.urandom(24)).decode()
-    name = username.replace("=", "=3D").replace(",", "=2C")
-    first_bare = f"n={name},r={nonce}"
-    server_first = (yield f"n,,{first_bare}".encode()).decode()
-    fields = dict(part.split("=", 1) for part in server_first.split(","))
-    if not fields.get("r", "").startswith(nonce):
-        raise ValueError("the server's SCRAM nonce does not extend the client's")
-    salted = hashlib.pbkdf2_hmac(
-        digest().name,
-        password.encode(),
-        base64.b64decode(fields["s"]),
-        int(fields["i"]),
-    )
-    client_key = hmac.digest(salted, b"Client Key", digest)
-    without_proof = f"c=biws,r={fields['r']}"
-    signature = hmac.digest(
-        digest(client_key).digest(),
-        f"{first_bare},{server_first},{without_proof}".encode(),
-        digest,
-    )
-    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-    yield f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
 
 class _Requests:

@@ -27,7 +27,12 @@ from kafka.errors import (
 )
 
 from ..errors import StreamingConfigError
-from ..security import KafkaSecurity, client_failure, kafka_python_logs
+from ..security import (
+    KafkaSecurity,
+    client_failure,
+    connection_problem,
+    kafka_python_logs,
+)
 
 
 def client_security(
@@ -49,7 +54,14 @@ def client_security(
     except StreamingConfigError as error:  # a store that does not load
         raise ValueError(str(error)) from None
     if servers:
-        # A refused login shows only in kafka-python's log, after a timeout.
+        # From the broker's own answers, at once: kafka-python would retry a
+        # refused login until its timeout.
+        try:
+            problem = connection_problem(servers, security)
+        except StreamingConfigError as error:
+            raise ValueError(str(error)) from None
+        if problem:
+            raise ValueError(f"the Kafka broker at {servers} {problem}")
         with kafka_python_logs() as logged:
             try:
                 KafkaAdminClient(
