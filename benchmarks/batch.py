@@ -157,7 +157,9 @@ def bench_project(workdir: Path) -> tuple[Path, Path]:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", venv], check=True)
         pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, "-r", project / "requirements.txt"], check=True)
+        # From the project's root: its requirements name its wheel by a path
+        # from there, as its README runs pip.
+        subprocess.run([*pip, "-r", "requirements.txt"], check=True, cwd=project)
         subprocess.run([*pip, "--no-deps", "-e", project], check=True)
     # The plugin as it is in this checkout, whatever the project was made with.
     subprocess.run(
