@@ -79,6 +79,22 @@ def kafka(**load_args) -> dict:
     return {"type": DATASET, "file_format": "kafka", "load_args": load_args}
 
 
+def streaming_hooks(**settings) -> StreamingQueryHooks:
+    """The run's hooks, as after a context whose streaming.yml is ``settings``."""
+    hooks = StreamingQueryHooks()
+    hooks.after_context_created(
+        type("Context", (), {"config_loader": {"streaming": settings}})
+    )
+    return hooks
+
+
+def registered(hooks: StreamingQueryHooks):
+    """A hook manager with ``hooks``, for a runner to drive as Kedro's does."""
+    manager = _create_hook_manager()
+    manager.register(hooks)
+    return manager
+
+
 # One bad configuration each: the catalog, then what the message must say.
 BAD_CONFIGURATIONS = {
     "sink without checkpoint": (
@@ -160,10 +176,7 @@ def test_bad_configuration_fails_before_any_query_starts(case):
             )
         ]
     )
-    hooks = StreamingQueryHooks()
-    hooks.after_context_created(
-        type("Context", (), {"config_loader": {"streaming": {}}})()
-    )
+    hooks = streaming_hooks()
 
     with pytest.raises(StreamingConfigError, match="cannot work") as error:
         hooks.before_pipeline_run({}, nodes, catalog)
@@ -256,11 +269,7 @@ def test_a_metrics_port_taken_or_not_a_port_fails_before_any_query_starts(spark)
             (port, f"at 127.0.0.1:{port} (Address already in use): run with "),
             ("ninety", "metrics_port 'ninety' in streaming.yml is not a port"),
         ):
-            hooks = StreamingQueryHooks()
-            settings = {"streaming": {"metrics_port": setting}}
-            hooks.after_context_created(
-                type("Context", (), {"config_loader": settings})
-            )
+            hooks = streaming_hooks(metrics_port=setting)
 
             with pytest.raises(StreamingConfigError, match=re.escape(words)):
                 hooks.before_pipeline_run({}, nodes, catalog)
@@ -341,12 +350,8 @@ def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
     )
     catalog["params:delay"] = "10 minuets"
     nodes = pipeline([node(lambda frame: frame, "in", "first", name="a_copy"), second])
-    hooks = StreamingQueryHooks()
-    hooks.after_context_created(
-        type("Context", (), {"config_loader": {"streaming": {"metrics_port": 0}}})
-    )
-    hook_manager = _create_hook_manager()
-    hook_manager.register(hooks)
+    hooks = streaming_hooks(metrics_port=0)
+    hook_manager = registered(hooks)
 
     with pytest.raises(StreamingConfigError) as error:
         try:  # as KedroSession.run drives the hooks and the runner
@@ -400,20 +405,8 @@ def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark):
         ]
     )
     functions = [each.func for each in nodes.nodes]
-    hooks = StreamingQueryHooks()
-    hooks.after_context_created(
-        type(
-            "Context",
-            (),
-            {
-                "config_loader": {
-                    "streaming": {"metrics_port": 0, "trigger": "available_now"}
-                }
-            },
-        )
-    )
-    hook_manager = _create_hook_manager()
-    hook_manager.register(hooks)
+    hooks = streaming_hooks(metrics_port=0, trigger="available_now")
+    hook_manager = registered(hooks)
     hooks.before_pipeline_run({}, nodes, catalog)
     SequentialRunner().run(nodes, catalog, hook_manager)
     hooks.after_pipeline_run({})
