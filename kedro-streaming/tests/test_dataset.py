@@ -5,10 +5,10 @@ import json
 import pytest
 from kedro.io import DataCatalog
 from kedro_streaming import SparkStreamingDataset
-from kedro_streaming.avro import value_schema
-from kedro_streaming.checks import check_configuration
+from kedro_streaming._connectors.avro import value_schema
+from kedro_streaming._run.checks import check_configuration
+from kedro_streaming._run.options import OptionNames
 from kedro_streaming.errors import StreamingConfigError
-from kedro_streaming.options import OptionNames
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 

@@ -1,6 +1,6 @@
 import pytest
 from kedro_streaming import StreamingConfigError, check_expectations
-from kedro_streaming.expectations import EXPECTATIONS_METRIC
+from kedro_streaming._nodes.expectations import EXPECTATIONS_METRIC
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 

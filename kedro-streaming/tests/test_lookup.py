@@ -2,7 +2,7 @@ import datetime
 
 import pytest
 from kedro_streaming import Lookup, StreamingConfigError
-from kedro_streaming import lookup as lookup_module
+from kedro_streaming._nodes import lookup as lookup_module
 from pyspark.sql import functions as F
 
 ZONES = [

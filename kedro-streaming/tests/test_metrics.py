@@ -11,9 +11,10 @@ from cryptography.hazmat.primitives.serialization import (
     NoEncryption,
     PrivateFormat,
 )
+from kedro_streaming._connectors.kafka import kafka_lag
+from kedro_streaming._run.metrics import StreamMetrics
 from kedro_streaming.devtools.certificates import CertificateAuthority
 from kedro_streaming.errors import StreamingConfigError
-from kedro_streaming.metrics import StreamMetrics, kafka_lag
 
 
 def test_metrics_over_tls_only_to_clients_with_a_certificate(tmp_path):

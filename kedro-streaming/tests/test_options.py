@@ -1,8 +1,8 @@
 import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
-from kedro_streaming.checks import fan_out
-from kedro_streaming.options import (
+from kedro_streaming._run.catalog import fan_out
+from kedro_streaming._run.options import (
     OptionNames,
     interval_problem,
     option_problems,

@@ -20,23 +20,22 @@ from kedro_streaming import (
     SparkStreamingDataset,
     StreamingConfigError,
     StreamingQueryHooks,
-    session,
 )
-from kedro_streaming.checks import (
-    check_paths_reach_the_cluster,
+from kedro_streaming._connectors.delta import (
+    check_delta_package,
+)
+from kedro_streaming._run import session
+from kedro_streaming._run.catalog import check_paths_reach_the_cluster
+from kedro_streaming._run.checks import run_trigger
+from kedro_streaming._run.metrics import StreamMetrics
+from kedro_streaming._run.progress import ProgressLog
+from kedro_streaming._run.realtime import (
     check_real_time,
     check_real_time_intervals,
     check_real_time_task_slots,
     real_time_plan_problem,
-    run_trigger,
 )
-from kedro_streaming.delta import (
-    check_delta_package,
-)
-from kedro_streaming.devtools.processes import DEFAULT_PORTS, port_is_free
-from kedro_streaming.metrics import StreamMetrics
-from kedro_streaming.progress import ProgressLog
-from kedro_streaming.session import (
+from kedro_streaming._run.session import (
     _claim_recording,
     _prune_class_archives,
     _record_installation,
@@ -45,7 +44,8 @@ from kedro_streaming.session import (
     remember_resolution,
     without_resolution,
 )
-from kedro_streaming.state import StreamState
+from kedro_streaming._run.state import StreamState
+from kedro_streaming.devtools.processes import DEFAULT_PORTS, port_is_free
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
 
@@ -632,7 +632,7 @@ def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypat
 ONE_SESSION = """
 import sys
 import pyspark
-from kedro_streaming.session import configure_spark, spark_session
+from kedro_streaming._run.session import configure_spark, spark_session
 configure_spark({
     "spark.master": "local[1]",
     "spark.ui.enabled": "false",

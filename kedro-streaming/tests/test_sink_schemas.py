@@ -10,8 +10,8 @@ import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 from kedro_streaming import SparkStreamingDataset, StreamingConfigError
-from kedro_streaming.plans import build_plans
-from kedro_streaming.queries import StreamingQueryHooks
+from kedro_streaming._run.hooks import StreamingQueryHooks
+from kedro_streaming._run.plans import build_plans
 from pyspark.sql import functions as F
 
 FIX = (

@@ -3,8 +3,8 @@ import os
 import time
 
 import pytest
+from kedro_streaming._run.state import STALE_SECONDS, StreamState
 from kedro_streaming.errors import StreamingConfigError
-from kedro_streaming.state import STALE_SECONDS, StreamState
 
 
 def record(query: str, batch: int, rows: int = 10, **expectations: int) -> dict:

@@ -34,57 +34,34 @@ datasets, and its nodes may call ``check_expectations``:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ._lazy import attach
 
-from .console import quiet_resolver_deprecation
+__version__ = "0.7.0"
 
-__version__ = "0.6.0"
-
-quiet_resolver_deprecation()
-
-# Imported on first use: `kedro catalog`, `kedro viz` and the commands that
-# start no Spark do not pay for PySpark's import.
-_EXPORTS = {
-    "SparkDataset": "dataset",
-    "SparkStreamingDataset": "dataset",
-    "StreamingConfigError": "errors",
-    "StreamingQueryFailed": "errors",
-    "Lookup": "lookup",
-    "check_expectations": "expectations",
-    "kafka_consumer": "clients",
-    "kafka_producer": "clients",
-    "parse_records": "records",
-    "record_origin": "records",
-    "StreamingQueryHooks": "queries",
-    "SparkHooks": "session",
-    "spark_session": "session",
+# The public interface: each name and the private module that holds it.
+_PUBLIC = {
+    "SparkDataset": "._connectors.dataset",
+    "SparkStreamingDataset": "._connectors.dataset",
+    "StreamingConfigError": ".errors",
+    "StreamingQueryFailed": ".errors",
+    "Lookup": "._nodes.lookup",
+    "check_expectations": "._nodes.expectations",
+    "parse_records": "._nodes.records",
+    "record_origin": "._nodes.records",
+    "PROVENANCE_COLUMNS": "._nodes.records",
+    "kafka_consumer": "._connectors.kafka_clients",
+    "kafka_producer": "._connectors.kafka_clients",
+    "KafkaSecurity": "._connectors.kafka_security",
+    "SchemaRegistry": "._connectors.schema_registry",
+    "avro_framer": "._connectors.schema_registry",
+    "avro_reader": "._connectors.schema_registry",
+    "check_delta_package": "._connectors.delta",
+    "delta_package_for": "._connectors.delta",
+    "StreamingQueryHooks": "._run.hooks",
+    "SparkHooks": "._run.session",
+    "spark_session": "._run.session",
+    "check_kafka_connector": "._run.session",
+    "local_scala_version": "._run.session",
 }
 
-__all__ = [
-    "Lookup",
-    "SparkDataset",
-    "SparkHooks",
-    "SparkStreamingDataset",
-    "StreamingConfigError",
-    "StreamingQueryFailed",
-    "StreamingQueryHooks",
-    "__version__",
-    "check_expectations",
-    "kafka_consumer",
-    "kafka_producer",
-    "parse_records",
-    "record_origin",
-    "spark_session",
-]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kedro_streaming' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = attach(__name__, _PUBLIC)

@@ -11,8 +11,6 @@ configuration; ``status`` and ``reset`` start no Spark.
 from __future__ import annotations
 
 import json
-import sys
-from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -25,26 +23,28 @@ from kedro.framework.session import KedroSession
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 
-from . import delta
-from .checks import (
+from kedro_streaming._connectors import delta
+from kedro_streaming._connectors.dataset import SparkStreamingDataset
+from kedro_streaming._connectors.kafka import LagUnknown, unread_messages
+from kedro_streaming._run.catalog import (
     catalog_names_by_env,
-    check_before_spark,
     check_catalog_has,
-    check_run,
-    check_runtime_params,
     fan_out,
-    offsets_reader,
     query_nodes,
     query_sources,
     streaming_datasets,
 )
-from .dataset import SparkStreamingDataset
-from .errors import StreamingConfigError
-from .plans import build_plans
-from .progress import describe_expectations
-from .security import client_failure, kafka_python_logs
-from .session import spark_session
-from .state import StreamState, streaming_settings
+from kedro_streaming._run.checks import (
+    check_before_spark,
+    check_run,
+    check_runtime_params,
+)
+from kedro_streaming._run.plans import build_plans
+from kedro_streaming._run.progress import describe_expectations
+from kedro_streaming._run.session import spark_session
+from kedro_streaming._run.state import StreamState, streaming_settings
+from kedro_streaming.devtools import extra as dev_extra
+from kedro_streaming.errors import StreamingConfigError
 
 pipelines_option = click.option(
     "--pipelines",
@@ -160,8 +160,8 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
         ).items():
             if source_dataset.file_format == "kafka":
                 try:
-                    lag = _kafka_lag(source_dataset, checkpoint["offsets"])
-                except _Unreadable as error:
+                    lag = unread_messages(source_dataset, checkpoint["offsets"])
+                except LagUnknown as error:
                     lag, unreadable = "unknown", [*unreadable, f"{source}: {error}"]
                 parts.append(f"{source} lag {lag}")
         click.echo(f"{name}: " + " · ".join(parts))
@@ -448,76 +448,26 @@ class _Unreadable(click.ClickException):
     """What ``status`` reports but could not read; it exits 1."""
 
 
-def _kafka_lag(dataset: SparkStreamingDataset, committed: list[dict]) -> str:
-    """Messages in the topics after the offsets of the last committed batch.
-
-    Raises:
-        _Unreadable: The brokers did not tell (the message says why).
-    """
-    from kafka import TopicPartition  # noqa: PLC0415
-    from kafka.errors import KafkaError  # noqa: PLC0415
-
-    partitions = {
-        TopicPartition(topic, int(partition)): offset
-        for offsets in committed
-        if all(isinstance(value, dict) for value in offsets.values())
-        for topic, by_partition in offsets.items()
-        for partition, offset in by_partition.items()
-    }
-    if not partitions:
-        return "unknown (no batch committed yet)"
-    security = dataset.kafka_security
-    servers = dataset.kafka_client_config.get("bootstrap.servers", "")
-    with kafka_python_logs() as logged:
-        try:
-            with closing(offsets_reader(dataset)) as consumer:
-                latest = consumer.end_offsets(list(partitions))
-        except (KafkaError, StreamingConfigError, OSError) as error:
-            raise _Unreadable(
-                f"the Kafka broker at {servers} "
-                f"{client_failure(servers, security, error, logged)}"
-            ) from None
-    by_topic: dict[str, int] = {}
-    for partition, offset in partitions.items():
-        by_topic[partition.topic] = by_topic.get(partition.topic, 0) + max(
-            0, latest[partition] - offset
-        )
-    return ", ".join(
-        f"{topic} {lag} messages" for topic, lag in sorted(by_topic.items())
-    )
+# The development services (``kedro_streaming.devtools``): their own click
+# commands, mounted as they are, imported only when one runs or its help is
+# asked for. They need the [dev] extra, which a production install goes without.
 
 
-# The development services keep their own command line (``devtools.cli``);
-# these commands hand it their arguments, so that both spell them alike.
-_PASS_THROUGH = {"ignore_unknown_options": True, "help_option_names": []}
+class _DevService(click.Command):
+    """``kedro streams <name>``: the development service of that name."""
+
+    def _command(self) -> click.Command:
+        return dev_extra.services().commands[self.name]
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        # The service's own command parses the arguments and runs.
+        return self._command().make_context(info_name, args, parent=parent, **extra)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        if dev_extra.missing_modules():
+            return "A development service (needs kedro-streaming[dev])."
+        return self._command().get_short_help_str(limit)
 
 
-def _service(name: str, help_text: str) -> None:
-    @streams.command(name=name, help=help_text, context_settings=_PASS_THROUGH)
-    @click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
-    def service(arguments: tuple[str, ...]) -> None:
-        from .devtools.cli import main  # noqa: PLC0415 (only when asked for)
-
-        raise SystemExit(main([name, *_as_typed(name, arguments)]))
-
-
-def _as_typed(name: str, arguments: tuple[str, ...]) -> list[str]:
-    """The arguments as typed after ``kedro streams <name>``: Click drops a
-    ``--``, which ``submit`` needs before the options it hands `kedro run`."""
-    argv = sys.argv
-    for at in range(len(argv) - 1):
-        if argv[at] == "streams" and argv[at + 1] == name:
-            return argv[at + 2 :]
-    return list(arguments)
-
-
-for _name, _help in (
-    ("broker", "A local Kafka broker: start | stop | status | reset (--help)."),
-    ("registry", "A local schema registry: start | stop | status | reset."),
-    ("cluster", "A local Spark standalone cluster: start | stop | status."),
-    ("connect", "A local Spark Connect server: start | stop | status."),
-    ("submit", "spark-submit the packaged project (`kedro package` first)."),
-    ("send", "Send JSON lines (a file, or - for stdin) to a Kafka topic."),
-    ("watch", "Print a Kafka topic's messages, from the start."),
-):
-    _service(_name, _help)
+for _name in dev_extra.COMMANDS:
+    streams.add_command(_DevService(_name))

@@ -62,7 +62,7 @@ def project_parameters(request) -> dict:
 @pytest.fixture
 def stream_test(spark, tmp_path):
     """``StreamTest`` on the test session, each in a folder of the test's own."""
-    from .testing import StreamTest  # noqa: PLC0415
+    from kedro_streaming.testing import StreamTest  # noqa: PLC0415
 
     numbers = itertools.count()
 

@@ -47,10 +47,10 @@ from kedro.pipeline import Node, Pipeline, node
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructType
 
-from .dataset import OUTPUT_MODES
-from .expectations import EXPECTATIONS_METRIC
-from .metrics import unix_time
-from .progress import _metric_row, expectation_counts
+from kedro_streaming._connectors.dataset import OUTPUT_MODES
+from kedro_streaming._nodes.expectations import EXPECTATIONS_METRIC
+from kedro_streaming._run.metrics import unix_time
+from kedro_streaming._run.progress import _metric_row, expectation_counts
 
 
 @dataclass

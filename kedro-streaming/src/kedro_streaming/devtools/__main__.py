@@ -1,7 +1,5 @@
 """``python -m kedro_streaming.devtools``: the development services' commands."""
 
-import sys
+from kedro_streaming.devtools.extra import services
 
-from .cli import main
-
-sys.exit(main())
+services().main(prog_name="python -m kedro_streaming.devtools")

@@ -26,20 +26,20 @@ from kafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from ..errors import StreamingConfigError
-from ..security import (
+from kedro_streaming._connectors.kafka_security import (
     KafkaSecurity,
     client_failure,
     connection_problem,
     kafka_python_logs,
 )
+from kedro_streaming.errors import StreamingConfigError
 
 
 def client_security(
     credentials: dict[str, Any] | KafkaSecurity | None, servers: str | None = None
 ) -> dict[str, Any]:
     """kafka-python settings from a Kafka entry of credentials.yml, the same
-    the project's Kafka datasets take (:mod:`kedro_streaming.security`).
+    the project's Kafka datasets take (:mod:`kedro_streaming._connectors.kafka_security`).
 
     Given ``servers``, the connection is tried first: a certificate, store or
     protocol that does not work is a ValueError naming the cause.
@@ -328,7 +328,7 @@ def watch_avro(
     """Prints every message of ``topic`` from the start as a JSON line:
     ``topic``, ``partition``, ``offset``, ``timestamp`` (epoch milliseconds),
     ``key`` and ``value``, each decoded by ``read``
-    (:func:`~kedro_streaming.schema_registry.avro_reader`; a key only when it
+    (:func:`~kedro_streaming._connectors.schema_registry.avro_reader`; a key only when it
     is framed, else its text). A message that does not decode is named on
     stderr, with its offset and why.
 

@@ -28,8 +28,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .broker import cache_root, run_maven
-from .processes import (
+from kedro_streaming.devtools.broker_jars import cache_root, run_maven
+from kedro_streaming.devtools.processes import (
     HOST,
     ProcessError,
     free_ports,

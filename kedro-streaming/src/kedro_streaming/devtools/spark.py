@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyspark
 
-from .processes import (
+from kedro_streaming.devtools.processes import (
     HOST,
     ProcessError,
     free_ports,

@@ -27,31 +27,34 @@ from kedro.pipeline import Pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
-from .avro import UNPLANNED_ID
-from .checks import (
+from kedro_streaming._connectors.avro import UNPLANNED_ID
+from kedro_streaming._connectors.dataset import SparkStreamingDataset
+from kedro_streaming._connectors.files import source_position
+from kedro_streaming._run.catalog import (
     catalog_names_by_env,
+    fan_out,
+    query_nodes,
+    query_sources,
+    streaming_datasets,
+)
+from kedro_streaming._run.checks import (
     check_before_spark,
     check_run,
     check_runtime_params,
-    fan_out,
-    headline,
-    query_nodes,
-    query_sources,
-    real_time_plan_problem,
     run_trigger,
-    source_position,
-    streaming_datasets,
 )
-from .console import one_line_off_terminal, short_config_errors
-from .dataset import SparkStreamingDataset
-from .errors import StreamingConfigError, StreamingQueryFailed
-from .metrics import StreamMetrics, check_port_free
-from .plans import Plans, check_plans
-from .progress import ProgressLog, describe_expectations
-from .session import spark_session
-from .state import StreamState, streaming_settings
+from kedro_streaming._run.console import one_line_off_terminal, short_config_errors
+from kedro_streaming._run.metrics import StreamMetrics, check_port_free
+from kedro_streaming._run.plans import Plans, check_plans
+from kedro_streaming._run.progress import ProgressLog, describe_expectations
+from kedro_streaming._run.realtime import real_time_plan_problem
+from kedro_streaming._run.session import spark_session
+from kedro_streaming._run.state import StreamState, streaming_settings
+from kedro_streaming._spark import headline
+from kedro_streaming.errors import StreamingConfigError, StreamingQueryFailed
 
-logger = logging.getLogger(__name__)
+# Named as before 0.7.0: projects' logging.yml may set its level.
+logger = logging.getLogger("kedro_streaming.queries")
 
 _POLL_SECONDS = 0.5
 # Avro schema versions a run takes in while it runs, before it fails instead.
@@ -91,7 +94,7 @@ class StreamingQueryHooks:
         self._config_loader = context.config_loader
         # The progress lines are INFO: shown unless the project's logging
         # configuration sets this package's level (Kedro's default sets none).
-        runtime_logger = logging.getLogger(__package__)
+        runtime_logger = logging.getLogger("kedro_streaming")
         if runtime_logger.level == logging.NOTSET:
             runtime_logger.setLevel(logging.INFO)
 

@@ -39,8 +39,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
-from .errors import StreamingConfigError
-from .records import record_origin
+from kedro_streaming._nodes.records import record_origin
+from kedro_streaming.errors import StreamingConfigError
 
 ACTIONS = ("warn", "quarantine", "fail")
 # The observed metric: one count per rule, and these totals.

@@ -11,7 +11,7 @@ import logging
 import sys
 import warnings
 
-from .errors import StreamingConfigError, StreamingQueryFailed
+from kedro_streaming.errors import StreamingConfigError, StreamingQueryFailed
 
 # One event, one line: grep a progress line from a file or a CI log.
 LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

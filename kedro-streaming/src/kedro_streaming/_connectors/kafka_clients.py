@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import StreamingConfigError
+from kedro_streaming.errors import StreamingConfigError
 
 
 def kafka_producer(
@@ -78,8 +78,8 @@ def _client_arguments(
         StreamingConfigError: No broker is configured, a store does not load,
             or the brokers refuse the connection (the message says why).
     """
-    from .devtools.config import project_config  # noqa: PLC0415 (Kedro's project)
-    from .devtools.kafka import client_security  # noqa: PLC0415
+    from kedro_streaming.devtools.config import project_config  # noqa: PLC0415 (Kedro's project)
+    from kedro_streaming.devtools.kafka import client_security  # noqa: PLC0415
 
     root = Path(project_path or Path.cwd())
     if dataset is not None:
@@ -100,9 +100,9 @@ def _client_arguments(
 
 def _dataset_config(env: str, name: str, root: Path) -> dict[str, Any]:
     """A catalog dataset's kafka-python settings, as its query connects."""
-    from .dataset import SparkStreamingDataset  # noqa: PLC0415 (imports PySpark)
-    from .devtools.config import project_catalog  # noqa: PLC0415
-    from .devtools.kafka import client_security  # noqa: PLC0415
+    from kedro_streaming._connectors.dataset import SparkStreamingDataset  # noqa: PLC0415 (imports PySpark)
+    from kedro_streaming.devtools.config import project_catalog  # noqa: PLC0415
+    from kedro_streaming.devtools.kafka import client_security  # noqa: PLC0415
 
     catalog = project_catalog(env, root)
     dataset = catalog.get(name) if name in catalog else None

@@ -8,7 +8,7 @@ default), so that records of producers on different versions decode
 together. The ids a query can decode are fixed when it is planned: a record
 with an id it does not know fails the query with ``UNPLANNED_ID`` in the
 message, and the runtime looks the id up and plans the query again
-(:mod:`kedro_streaming.queries`).
+(:mod:`kedro_streaming._run.hooks`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .errors import StreamingConfigError
-from .schema_registry import SchemaRegistry
+from kedro_streaming._connectors.schema_registry import SchemaRegistry
+from kedro_streaming.errors import StreamingConfigError
 
 # A field added to the reader schema with a default: Avro's schema resolution
 # fills it in for every record that decodes, while Spark's PERMISSIVE mode

@@ -33,7 +33,7 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from .errors import StreamingConfigError
+from kedro_streaming.errors import StreamingConfigError
 
 MAX_ROWS = 10_000
 

@@ -11,12 +11,17 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQuery
 
-from .dataset import ROWS_WRITTEN_METRIC
-from .expectations import EXPECTATIONS_METRIC, UNPARSED, rule_counts
-from .metrics import StreamMetrics
-from .state import StreamState, batch_record
+from kedro_streaming._connectors.dataset import ROWS_WRITTEN_METRIC
+from kedro_streaming._nodes.expectations import (
+    EXPECTATIONS_METRIC,
+    UNPARSED,
+    rule_counts,
+)
+from kedro_streaming._run.metrics import StreamMetrics
+from kedro_streaming._run.state import StreamState, batch_record
 
-logger = logging.getLogger(__name__)
+# Named as before 0.7.0: projects' logging.yml may set its level.
+logger = logging.getLogger("kedro_streaming.progress")
 
 # A node reports rows it sends to quarantine by observing a metric column of
 # this name (see `DataFrame.observe`); each progress line shows it.

@@ -52,7 +52,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
-from .errors import StreamingConfigError
+from kedro_streaming.errors import StreamingConfigError
 
 STATUSES = ("running", "stopped", "failed")
 # The units of Spark's interval strings ("10 seconds", "1 minute 30 seconds").
@@ -317,28 +317,6 @@ def trigger_interval_seconds(trigger: dict[str, Any]) -> float | None:
     if not parts or any(unit not in _SECONDS_PER_UNIT for _, unit in parts):
         return None
     return sum(float(number) * _SECONDS_PER_UNIT[unit] for number, unit in parts)
-
-
-def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:
-    """Per topic and partition, a Kafka source's latest offsets minus the
-    batch's end offsets; ``None`` for other sources, and where the latest
-    offsets were read before the batch ended (Real-Time Mode reads them when
-    a batch starts, and its tasks read on past them): no lag is known then."""
-    end, latest = source.get("endOffset"), source.get("latestOffset")
-    if not str(source.get("description", "")).startswith("Kafka"):
-        return None
-    if not isinstance(end, dict) or not isinstance(latest, dict):
-        return None
-    lag = {
-        topic: {
-            partition: int(offset) - int(end.get(topic, {}).get(partition, offset))
-            for partition, offset in partitions.items()
-        }
-        for topic, partitions in latest.items()
-    }
-    if any(behind < 0 for partitions in lag.values() for behind in partitions.values()):
-        return None
-    return lag
 
 
 def unix_time(iso: str) -> float:

@@ -18,7 +18,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-logger = logging.getLogger(__name__)
+# Named as before 0.7.0: projects' logging.yml may set its level.
+logger = logging.getLogger("kedro_streaming.options")
 
 FILE_FORMATS = ("json", "csv", "parquet", "orc", "text")
 # Spark's option classes per file format (each lists its options).

@@ -26,8 +26,8 @@ from typing import Any
 
 from kedro.config import MissingConfigException
 
-from .errors import StreamingConfigError
-from .metrics import kafka_lag
+from kedro_streaming._connectors.kafka import kafka_lag
+from kedro_streaming.errors import StreamingConfigError
 
 PROGRESS_FILE = "progress.jsonl"
 TOTALS_FILE = "totals.json"

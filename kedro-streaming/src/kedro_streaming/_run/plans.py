@@ -27,12 +27,17 @@ from kedro.pipeline import Node, Pipeline
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
-from .checks import headline, real_time_plan_problem
-from .dataset import SCHEMA_FREE_FORMATS, SparkStreamingDataset
-from .errors import StreamingConfigError
-from .sink_schemas import check_sink_schema
+from kedro_streaming._connectors.dataset import (
+    SCHEMA_FREE_FORMATS,
+    SparkStreamingDataset,
+)
+from kedro_streaming._run.realtime import real_time_plan_problem
+from kedro_streaming._run.sink_schemas import check_sink_schema
+from kedro_streaming._spark import headline
+from kedro_streaming.errors import StreamingConfigError
 
-logger = logging.getLogger(__name__)
+# Named as before 0.7.0: projects' logging.yml may set its level.
+logger = logging.getLogger("kedro_streaming.plans")
 
 # What a stream over a sink with nothing committed yet says, over Spark
 # Connect (classic Spark says it when the stream is made: a DatasetError).

@@ -1,0 +1,244 @@
+"""Delta Lake tables: the package check, exactly-once upserts, table care.
+
+Delta is optional: an environment turns it on in its ``spark.yml`` (the
+``io.delta:delta-spark`` package and its session extension, as conf/delta
+does) and declares ``file_format: delta`` in its catalog. Everything here is
+plain Spark SQL, so it works the same on a local master, a cluster and a
+Spark Connect server whose Spark has Delta.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+from pyspark.sql import DataFrame, SparkSession
+
+from kedro_streaming.errors import StreamingConfigError
+
+# Named as before 0.7.0: projects' logging.yml may set its level.
+logger = logging.getLogger("kedro_streaming.delta")
+
+DELTA_FORMAT = "delta"
+# The Spark minor version each Delta release line is built on, for the
+# artifacts without a Spark line in their name (io.delta:delta-spark_2.13):
+# the spark-sql dependency in their POMs on Maven Central.
+DELTA_BUILT_FOR = {
+    "3.0": "3.5",
+    "3.1": "3.5",
+    "3.2": "3.5",
+    "3.3": "3.5",
+    "4.0": "4.0",
+    "4.1": "4.1",
+    "4.2": "4.1",
+    "4.3": "4.1",
+    "4.4": "4.2",
+}
+# Since Delta 4.1, each release is also published once per Spark line, with
+# the line in the artifact's name (io.delta:delta-spark_4.1_2.13): the newest
+# release and the Spark lines it is published for.
+NEWEST_DELTA = "4.4.0"
+NEWEST_DELTA_SPARK_LINES = ("4.0", "4.1", "4.2")
+_DELTA_PACKAGE = re.compile(
+    r"io\.delta:delta-spark(?:_(?P<line>\d+\.\d+))?_(?P<scala>\d+\.\d+):"
+    r"(?P<version>[^:,\s]+)"
+)
+# Delta's own switches for idempotent DML: a MERGE that carries an (app id,
+# version) pair the table has already recorded is skipped.
+_FIX = "set spark.jars.packages in the environment's spark.yml to"
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+def delta_package_for(spark_version: str, scala_version: str = "2.13") -> str | None:
+    """The newest Delta package built for this Spark's line, ``None`` if none is.
+
+    Args:
+        spark_version: A Spark version, e.g. ``4.1.1``.
+        scala_version: Its Scala binary version.
+    """
+    line = spark_line(spark_version)
+    if line in NEWEST_DELTA_SPARK_LINES:
+        return f"io.delta:delta-spark_{line}_{scala_version}:{NEWEST_DELTA}"
+    older = [v for v, built in DELTA_BUILT_FOR.items() if built == line]
+    if older:
+        newest = max(older, key=_version_key)
+        return f"io.delta:delta-spark_{scala_version}:{newest}.0"
+    return None
+
+
+def spark_line(version: str) -> str:
+    """The line (major.minor) of a Spark version: ``4.1.1`` -> ``4.1``."""
+    return ".".join(version.split(".")[:2])
+
+
+def check_delta_package(
+    packages: str,
+    spark_version: str,
+    scala_version: str | None,
+    fix: str | None = None,
+) -> None:
+    """Fails unless the Delta package among ``packages`` fits this Spark.
+
+    A Delta release runs only on the Spark line it is built for; on another,
+    it fails at its first table with a missing class or method.
+
+    Args:
+        packages: The value of ``spark.jars.packages``.
+        spark_version: The version of the Spark that runs.
+        scala_version: Its Scala binary version, if known.
+        fix: Where to set the right package; by default ``spark.yml``.
+    """
+    match = _DELTA_PACKAGE.search(packages)
+    if match is None:
+        return
+    built_for = match["line"] or DELTA_BUILT_FOR.get(spark_line(match["version"]))
+    wrong_scala = scala_version is not None and match["scala"] != scala_version
+    if built_for is None:
+        logger.warning(
+            "Cannot check that %s fits Spark %s: this project knows Delta up to %s.",
+            match[0],
+            spark_version,
+            NEWEST_DELTA,
+        )
+    if (
+        built_for is None or built_for == spark_line(spark_version)
+    ) and not wrong_scala:
+        return
+    right = delta_package_for(spark_version, scala_version or match["scala"])
+    advice = (
+        f"{right} (https://docs.delta.io/latest/releases.html)"
+        if right
+        else f"a Delta release built for Spark {spark_line(spark_version)}; this "
+        f"project knows none (https://docs.delta.io/latest/releases.html)"
+    )
+    raise StreamingConfigError(
+        f"spark.yml asks for the Delta package {match[0]}"
+        + (f", built for Spark {built_for}" if built_for else "")
+        + f", but the running Spark is {spark_version}"
+        + (f" built for Scala {scala_version}" if scala_version else "")
+        + f". Fix: {fix or _FIX} {advice}."
+    )
+
+
+def _version_key(line: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in line.split("."))
+
+
+def upsert_batches(
+    path: str, keys: list[str], checkpoint: str
+) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function that MERGEs each micro-batch into a Delta table.
+
+    A row of the batch replaces the table's row with the same ``keys``, or is
+    added. Each MERGE carries Delta's idempotent-write pair: the query's id
+    (stable across restarts of one checkpoint) and the batch id. When a
+    restart replays a batch whose MERGE had already committed (the process
+    died before Spark recorded the batch as done), Delta skips it, so every
+    micro-batch is one commit of the table, once.
+
+    Args:
+        path: The Delta table, created beforehand (``create_delta_table``).
+        keys: The columns that identify a row.
+        checkpoint: The query's checkpoint, whose ``metadata`` holds its id.
+    """
+    condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys)
+    query_ids: dict[str, str] = {}
+
+    def upsert(batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        if checkpoint not in query_ids:
+            query_ids[checkpoint] = _query_id(checkpoint)
+        view = f"upserts_{query_ids[checkpoint].replace('-', '_')}"
+        # Every partition of the batch is computed first, even when Delta
+        # skips a replayed MERGE: a stateful query's batch whose partitions
+        # were not all computed never commits its state (Spark 4.2 fails it
+        # with STATE_STORE_COMMIT_VALIDATION_FAILED). The MERGE then reads it
+        # from memory.
+        batch.persist()
+        batch.count()
+        batch.createOrReplaceTempView(view)
+        spark.conf.set(_TXN_APP_ID, query_ids[checkpoint])
+        spark.conf.set(_TXN_VERSION, str(batch_id))
+        try:
+            # Columns the query adds (checked before it starts: nothing else
+            # changes) join the table's schema; without evolution, MERGE
+            # would drop them without a word.
+            spark.sql(
+                f"MERGE WITH SCHEMA EVOLUTION INTO delta.`{path}` AS t USING {view} "
+                f"AS s ON {condition} "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+        finally:
+            spark.conf.unset(_TXN_APP_ID)
+            spark.conf.unset(_TXN_VERSION)
+            spark.catalog.dropTempView(view)
+            batch.unpersist()
+
+    return upsert
+
+
+def create_delta_table(spark: SparkSession, path: str, data: DataFrame) -> None:
+    """Creates an empty Delta table with ``data``'s columns, unless there is one."""
+    spark.createDataFrame([], data.schema).write.format(DELTA_FORMAT).mode(
+        "ignore"
+    ).save(path)
+
+
+def table_version(path: str) -> int | None:
+    """The latest version of the Delta table at ``path``, read from its log
+    without Spark; ``None`` when there is no table."""
+    fs, root = fsspec.core.url_to_fs(path)
+    log = f"{root}/_delta_log"
+    if not fs.exists(log):
+        return None
+    versions = [
+        int(name.rsplit("/", 1)[-1].split(".")[0])
+        for name in fs.ls(log, detail=False)
+        if name.endswith(".json") and name.rsplit("/", 1)[-1].split(".")[0].isdigit()
+    ]
+    return max(versions) if versions else None
+
+
+def optimize(spark: SparkSession, path: str) -> dict[str, Any]:
+    """Compacts the table's small files (``OPTIMIZE``); returns Delta's metrics.
+
+    Safe while streams write or read the table: its commit adds and removes
+    files without changing data (``dataChange: false``), which appends do not
+    conflict with and Delta stream readers skip.
+    """
+    row = spark.sql(f"OPTIMIZE delta.`{path}`").collect()[0]
+    metrics = row["metrics"].asDict()
+    return {key: metrics[key] for key in ("numFilesAdded", "numFilesRemoved")}
+
+
+def vacuum(spark: SparkSession, path: str, retain_hours: float) -> int:
+    """Deletes files the table no longer uses and that were removed more than
+    ``retain_hours`` ago (``VACUUM``); returns how many it deleted.
+
+    Time travel to a version needs its files: after this, versions older than
+    the retention may no longer be read. Delta refuses less than 168 hours
+    unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is false.
+    """
+    before = _data_files(path)
+    spark.sql(f"VACUUM delta.`{path}` RETAIN {retain_hours:g} HOURS").collect()
+    return len(before - _data_files(path))
+
+
+def _data_files(path: str) -> set[str]:
+    fs, root = fsspec.core.url_to_fs(path)
+    return {
+        name
+        for name in fs.find(root)
+        if "/_delta_log/" not in name and name.endswith(".parquet")
+    }
+
+
+def _query_id(checkpoint: str) -> str:
+    """The id Spark gave the query of ``checkpoint`` (in its ``metadata`` file)."""
+    with fsspec.open(f"{checkpoint.rstrip('/')}/metadata") as handle:
+        return json.loads(handle.read().decode().splitlines()[0])["id"]

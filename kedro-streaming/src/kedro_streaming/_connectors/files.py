@@ -1,0 +1,161 @@
+"""Files as sources and sinks (parquet, json, csv, orc, text, avro) and the
+checkpoints beside them: what a folder must be before a query starts."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+import fsspec
+
+from kedro_streaming._connectors.base import Connector, Entry, RunEntries
+
+# Spark's file sinks only append; other output modes need a sink that can
+# update or replace what it wrote.
+APPEND_ONLY_FORMATS = ("parquet", "json", "csv", "orc", "text", "avro")
+
+
+def _sinks_inside_sources(
+    sinks: dict[str, Entry], sources: dict[str, Entry]
+) -> list[str]:
+    """A sink that writes inside the folder a source of the run reads (or
+    around it) would feed its own output back in."""
+    problems = []
+    for sink, sink_dataset in sinks.items():
+        for source, source_dataset in sources.items():
+            if not (sink_dataset.path and source_dataset.path):
+                continue
+            inner, outer = (
+                _folder(sink_dataset.path),
+                _folder(source_dataset.path),
+            )
+            if inner == outer or outer in inner.parents or inner in outer.parents:
+                problems.append(
+                    f"'{sink}' writes to '{sink_dataset.path}', inside or around "
+                    f"the folder '{source_dataset.path}' that '{source}' reads: the "
+                    "stream would read its own output. Give the sink a folder of "
+                    "its own, outside the source's"
+                )
+    return problems
+
+
+def _normal(path: str) -> str:
+    """One spelling per place: ``data/x/``, ``./data/x`` and the absolute
+    path of a local folder are the same checkpoint."""
+    if "://" in path and not path.startswith("file://"):
+        return path.rstrip("/")
+    return str(_folder(path))
+
+
+def _file_sinks_ahead_of_their_checkpoint(
+    sinks: dict[str, Entry],
+) -> list[str]:
+    """A file sink whose folder holds batches committed under an earlier
+    checkpoint, with a new checkpoint: Spark's file sink skips each batch
+    whose id its ``_spark_metadata`` log already has, so the new query's
+    first batches would be read, recorded as done, and never written."""
+    problems = []
+    for name, dataset in sinks.items():
+        if dataset.file_format not in APPEND_ONLY_FORMATS or not dataset.path:
+            continue
+        if dataset.foreach_batch or has_progress(dataset.checkpoint):
+            continue
+        fs, root = fsspec.core.url_to_fs(dataset.path)
+        log = f"{root}/_spark_metadata"
+        batches = (
+            [
+                entry
+                for entry in fs.ls(log, detail=False)
+                if entry.rstrip("/").rsplit("/", 1)[-1].split(".")[0].isdigit()
+            ]
+            if fs.exists(log)
+            else []
+        )
+        if batches:
+            problems.append(
+                f"'{name}' has a new checkpoint, but its folder '{dataset.path}' already "
+                f"holds {len(batches)} batches written under an earlier one: "
+                "Spark's file sink would skip as many batches of the new query "
+                f"without writing them. Start both afresh with `kedro streams "
+                f"reset {name}`, or give the sink a new folder"
+            )
+    return problems
+
+
+def _folder(path: str) -> Path:
+    return Path(os.path.abspath(path.removeprefix("file://")))
+
+
+def has_progress(checkpoint: str | None) -> bool:
+    """Whether a query has run on ``checkpoint`` (it has an offsets log)."""
+    if not checkpoint:
+        return False
+    fs, root = fsspec.core.url_to_fs(checkpoint)
+    offsets = f"{root}/offsets"
+    return fs.exists(offsets) and bool(fs.ls(offsets, detail=False))
+
+
+def source_position(checkpoint: str | None) -> list[str]:
+    """Where a query's sources stand: the source lines of its checkpoint's
+    last offsets file (Kafka offsets, a file source's log offset); empty
+    for a new checkpoint."""
+    if not has_progress(checkpoint):
+        return []
+    fs, root = fsspec.core.url_to_fs(checkpoint)
+    batches = [
+        entry.rstrip("/").rsplit("/", 1)[-1]
+        for entry in fs.ls(f"{root}/offsets", detail=False)
+    ]
+    last = max((int(b) for b in batches if b.isdigit()), default=None)
+    if last is None:
+        return []
+    lines = fs.cat_file(f"{root}/offsets/{last}").decode().splitlines()
+    return [line for line in lines[2:] if line.strip()]
+
+
+def _is_local_file_sink(path: str) -> bool:
+    """Whether ``path`` is a local folder written by a streaming file sink.
+
+    Remote folders (s3a://, abfss://...) are given the benefit of the doubt.
+    """
+    if "://" in path and not path.startswith("file://"):
+        return True
+    return (Path(path.removeprefix("file://")) / "_spark_metadata").is_dir()
+
+
+def _missing_local_folder(path: str | None) -> str | None:
+    """Says so when ``path`` is a local folder that does not exist, naming
+    the closest existing folders beside it."""
+    if not path or ("://" in path and not path.startswith("file://")):
+        return None
+    folder = Path(path.removeprefix("file://"))
+    if folder.exists():
+        return None
+    parent = next((p for p in folder.parents if p.is_dir()), None)
+    siblings = (
+        [p.name for p in parent.iterdir() if p.is_dir()] if parent is not None else []
+    )
+    close = difflib.get_close_matches(folder.name, siblings, n=2, cutoff=0.6)
+    hint = (
+        " (beside it: " + ", ".join(f"'{parent / name}'" for name in close) + ")"
+        if close
+        else ""
+    )
+    return (
+        f"reads '{path}', which does not exist{hint}: fix its filepath, or, if "
+        "another pipeline's sink writes it, run that pipeline first "
+        "(`kedro run --pipelines <name>`)"
+    )
+
+
+class Files(Connector):
+    """File sources and sinks: a sink inside a source's folder, a sink folder
+    written under an earlier checkpoint."""
+
+    name = "files"
+
+    def problems(self, run: RunEntries) -> list[str]:
+        return _sinks_inside_sources(
+            run.sinks, run.sources
+        ) + _file_sinks_ahead_of_their_checkpoint(run.sinks)

@@ -1,0 +1,109 @@
+"""Kafka as a source and a sink: what an entry needs, what a sink's rows
+need, and how far a query's sources are behind (lag)."""
+
+from __future__ import annotations
+
+from contextlib import closing
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+from kedro_streaming._connectors.base import Entry
+from kedro_streaming._connectors.kafka_checks import offsets_reader
+from kedro_streaming._connectors.kafka_security import (
+    client_failure,
+    kafka_python_logs,
+)
+from kedro_streaming.errors import StreamingConfigError
+
+
+class LagUnknown(Exception):
+    """The brokers did not tell a topic's end offsets (the message says why)."""
+
+
+_NO_BOOTSTRAP = (
+    "reads or writes Kafka without bootstrap servers: add "
+    "`kafka.bootstrap.servers: host:9092` to its ARGS"
+)
+
+
+def _per_topic_problem(data: DataFrame, value_type: StructType) -> str | None:
+    """Why ``value`` cannot be a record per topic, if it cannot."""
+    if "topic" not in data.columns:
+        return (
+            "writes a struct `value` without a topic: add `save_args: {topic: "
+            "...}`, or a `topic` column with `value` holding one record per "
+            "topic, named after it"
+        )
+    plain = [
+        f.name for f in value_type.fields if not isinstance(f.dataType, StructType)
+    ]
+    if plain:
+        return (
+            "names each row's topic in a `topic` column, so its `value` must hold "
+            "one record (a struct) per topic, named after it; "
+            f"{', '.join(plain)} is not a struct"
+        )
+    return None
+
+
+def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:
+    """Per topic and partition, a Kafka source's latest offsets minus the
+    batch's end offsets; ``None`` for other sources, and where the latest
+    offsets were read before the batch ended (Real-Time Mode reads them when
+    a batch starts, and its tasks read on past them): no lag is known then."""
+    end, latest = source.get("endOffset"), source.get("latestOffset")
+    if not str(source.get("description", "")).startswith("Kafka"):
+        return None
+    if not isinstance(end, dict) or not isinstance(latest, dict):
+        return None
+    lag = {
+        topic: {
+            partition: int(offset) - int(end.get(topic, {}).get(partition, offset))
+            for partition, offset in partitions.items()
+        }
+        for topic, partitions in latest.items()
+    }
+    if any(behind < 0 for partitions in lag.values() for behind in partitions.values()):
+        return None
+    return lag
+
+
+def unread_messages(dataset: Entry, committed: list[dict]) -> str:
+    """Messages in the topics after the offsets of the last committed batch.
+
+    Raises:
+        LagUnknown: The brokers did not tell (the message says why).
+    """
+    from kafka import TopicPartition  # noqa: PLC0415
+    from kafka.errors import KafkaError  # noqa: PLC0415
+
+    partitions = {
+        TopicPartition(topic, int(partition)): offset
+        for offsets in committed
+        if all(isinstance(value, dict) for value in offsets.values())
+        for topic, by_partition in offsets.items()
+        for partition, offset in by_partition.items()
+    }
+    if not partitions:
+        return "unknown (no batch committed yet)"
+    security = dataset.kafka_security
+    servers = dataset.kafka_client_config.get("bootstrap.servers", "")
+    with kafka_python_logs() as logged:
+        try:
+            with closing(offsets_reader(dataset)) as consumer:
+                latest = consumer.end_offsets(list(partitions))
+        except (KafkaError, StreamingConfigError, OSError) as error:
+            raise LagUnknown(
+                f"the Kafka broker at {servers} "
+                f"{client_failure(servers, security, error, logged)}"
+            ) from None
+    by_topic: dict[str, int] = {}
+    for partition, offset in partitions.items():
+        by_topic[partition.topic] = by_topic.get(partition.topic, 0) + max(
+            0, latest[partition] - offset
+        )
+    return ", ".join(
+        f"{topic} {lag} messages" for topic, lag in sorted(by_topic.items())
+    )

@@ -1,0 +1,81 @@
+"""TODO"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+
+from pyspark.sql import SparkSession
+
+from kedro_streaming.errors import StreamingConfigError
+
+# The checks' logger, as named before 0.7.0.
+logger = logging.getLogger("kedro_streaming.checks")
+
+
+def check_spark_settings(spark: SparkSession, conf: dict[str, str]) -> None:
+    """Warns about a ``spark.yml`` key that Spark does not know but is close
+    to one it does (``spark.sql.shufle.partitions``): Spark keeps any key,
+    and ignores what it does not read. Only a warning, since plugins (Delta,
+    catalogs) read keys of their own."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return
+    try:
+        entries = jvm.java.lang.Class.forName(
+            "org.apache.spark.internal.config.ConfigEntry$"
+        )
+        field = entries.getDeclaredField("knownConfigs")
+        field.setAccessible(True)
+        known = set(field.get(entries.getField("MODULE$").get(None)).keySet())
+    except Exception as error:  # noqa: BLE001 (another Spark's internals)
+        logger.debug("spark.yml's keys not checked: %s", error)
+        return
+    for key in sorted(conf):
+        if key in known or not key.startswith("spark."):
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.9)
+        if close:
+            logger.warning(
+                "spark.yml sets '%s', which Spark does not read: did you mean '%s'?",
+                key,
+                close[0],
+            )
+
+
+# spark.yml settings that name a JVM class: Spark loads it only when a query
+# starts, and a name this Spark lacks fails there, as a stack trace.
+CLASS_SETTINGS = (
+    "spark.sql.streaming.checkpointFileManagerClass",
+    "spark.sql.streaming.stateStore.providerClass",
+)
+
+
+def check_setting_classes(spark: SparkSession, conf: dict[str, str]) -> None:
+    """Fails unless each class ``spark.yml`` names (``CLASS_SETTINGS``)
+    loads in this Spark."""
+    jvm = getattr(spark, "_jvm", None)
+    missing = [
+        f"  - {key}: {conf[key]}"
+        for key in CLASS_SETTINGS
+        if key in conf and jvm is not None and not _class_loads(jvm, conf[key])
+    ]
+    if missing:
+        raise StreamingConfigError(
+            f"spark.yml names classes that Spark {spark.version} does not have:\n"
+            + "\n".join(missing)
+            + "\nFix: name the class as this Spark line has it (its checkpoint file "
+            "managers are in org.apache.spark.sql.execution.streaming up to 4.0, "
+            "in its checkpointing package from 4.1), or drop the line for "
+            "Spark's default."
+        )
+
+
+def _class_loads(jvm, name: str) -> bool:
+    try:
+        jvm.java.lang.Class.forName(
+            name, False, jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        )
+    except Exception:  # noqa: BLE001 (Py4J wraps ClassNotFoundException)
+        return False
+    return True

@@ -1,0 +1,364 @@
+"""``LocalKafka``: a real single-node Kafka broker's process, from start to stop.
+
+From Python (a temporary data folder, removed on stop, unless ``data_dir``)::
+
+    with LocalKafka() as kafka:
+        print(kafka.bootstrap_servers)  # "127.0.0.1:PORT"
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from kafka.errors import KafkaError
+
+from kedro_streaming.devtools.broker_admin import create_scram_users, probe
+from kedro_streaming.devtools.broker_config import (
+    Listeners,
+    choose_ports,
+    format_storage_once,
+    jaas_plain_config,
+    server_properties,
+    write_config,
+)
+from kedro_streaming.devtools.broker_jars import (
+    KAFKA_VERSION,
+    BrokerError,
+    java_command,
+    java_executable,
+    resolve_classpath,
+)
+from kedro_streaming.devtools.certificates import ensure_tls_files
+from kedro_streaming.devtools.processes import HOST, tail, terminate
+
+
+class LocalKafka:
+    """A real single-node Kafka broker+controller (KRaft combined mode).
+
+    Ports are chosen when :meth:`start` runs. Given a ``data_dir``, the broker
+    formats it once and reuses it on every start, as a compose volume would;
+    without one, data lives in a temporary folder that :meth:`stop` removes.
+
+    Args:
+        version: ``kafka_2.13`` version to resolve and run.
+        port: PLAINTEXT port; a free one is picked at start when None.
+        sasl_users: ``{username: password}``: a SASL_PLAINTEXT listener (on
+            ``sasl_port``, else a free one) with PLAIN and SCRAM-SHA-512.
+        heap: Max JVM heap (``-Xmx``).
+        extra_properties: Extra/overriding ``server.properties`` entries.
+        data_dir: Kept folder for the broker's data; None: a temporary one.
+        detach: Leave the broker running when this Python process exits
+            (used by the CLI); otherwise it is stopped at interpreter exit.
+        stop_grace: Seconds between SIGTERM and SIGKILL in :meth:`stop`.
+        tls: Adds the SSL, MTLS and SASL_SSL listeners, on ``tls_ports`` by
+            name or free ones, with a private CA made in ``tls_dir`` (default
+            ``<data_dir>/tls``, kept with the data).
+        extra_tls_listeners: More SSL listeners, each with a PEM key store
+            of its own (``{name: path}``): certificates to test clients with.
+        jvm_options: More options for the broker's JVM (a JAAS file's, say).
+
+    Attributes (after :meth:`start`): ``bootstrap_servers`` (PLAINTEXT),
+    ``sasl_bootstrap_servers``, ``tls_bootstrap_servers`` (by listener),
+    ``tls_dir``, ``data_dir``, ``log_path`` (all Kafka logging) and ``pid``.
+    """
+
+    def __init__(
+        self,
+        *,
+        version: str = KAFKA_VERSION,
+        port: int | None = None,
+        sasl_users: Mapping[str, str] | None = None,
+        sasl_port: int | None = None,
+        heap: str = "512m",
+        extra_properties: Mapping[str, object] | None = None,
+        data_dir: os.PathLike | None = None,
+        detach: bool = False,
+        stop_grace: float = 20.0,
+        tls: bool = False,
+        tls_ports: Mapping[str, int] | None = None,
+        extra_tls_listeners: Mapping[str, os.PathLike] | None = None,
+        tls_dir: os.PathLike | None = None,
+        jvm_options: tuple[str, ...] = (),
+    ) -> None:
+        if sasl_users is not None:
+            if not sasl_users:
+                raise ValueError("sasl_users must contain at least one user")
+            jaas_plain_config(sasl_users)  # validate names/passwords early
+        self.version = version
+        # Requested ports (None = pick a free one at each start); the effective
+        # ones are in ``listeners`` once started.
+        self._requested_ports = (port, sasl_port)
+        self._requested_tls_ports = dict(tls_ports or {})
+        self.listeners: Listeners | None = None
+        self.sasl_users = dict(sasl_users) if sasl_users else None
+        self.tls = tls or bool(extra_tls_listeners)
+        self.extra_tls_listeners = {
+            name.upper(): Path(path).resolve()
+            for name, path in (extra_tls_listeners or {}).items()
+        }
+        self._requested_tls_dir = Path(tls_dir).resolve() if tls_dir else None
+        self.tls_dir: Path | None = None
+        self.heap = heap
+        self.jvm_options = tuple(jvm_options)
+        self.extra_properties = dict(extra_properties or {})
+        self.keep_data = data_dir is not None
+        self.detach = detach
+        self.stop_grace = stop_grace
+        # The broker runs in its data folder: every path it is given must be absolute.
+        self.data_dir: Path | None = Path(data_dir).resolve() if data_dir else None
+        self.log_path: Path | None = None
+        self.properties_path: Path | None = None
+        self.cluster_id: str | None = None
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def port(self) -> int | None:
+        """The PLAINTEXT listener's port (the requested one before start)."""
+        return self.listeners.port if self.listeners else self._requested_ports[0]
+
+    @property
+    def sasl_port(self) -> int | None:
+        """The SASL_PLAINTEXT listener's port (the requested one before start)."""
+        return self.listeners.sasl_port if self.listeners else self._requested_ports[1]
+
+    @property
+    def controller_port(self) -> int | None:
+        return self.listeners.controller_port if self.listeners else None
+
+    @property
+    def tls_ports(self) -> dict[str, int]:
+        return self.listeners.tls_ports if self.listeners else {}
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """PLAINTEXT bootstrap address, e.g. ``"127.0.0.1:53412"``."""
+        if self.port is None:
+            raise BrokerError("broker not started")
+        return f"{HOST}:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str | None:
+        """SASL_PLAINTEXT bootstrap address, or None without ``sasl_users``."""
+        if not self.sasl_users or self.sasl_port is None:
+            return None
+        return f"{HOST}:{self.sasl_port}"
+
+    @property
+    def tls_bootstrap_servers(self) -> dict[str, str]:
+        """The TLS listeners' addresses, by listener name (empty without ``tls``).
+
+        ``localhost``: the name the broker's certificate holds, besides 127.0.0.1.
+        """
+        return {name: f"localhost:{port}" for name, port in self.tls_ports.items()}
+
+    @property
+    def pid(self) -> int | None:
+        """Broker JVM process id, or None when not running."""
+        return self._proc.pid if self._proc else None
+
+    def is_running(self) -> bool:
+        """True while the broker process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 90) -> LocalKafka:
+        """Resolves jars (cached), formats storage, launches and awaits the broker.
+
+        ``timeout``: seconds for formatting plus startup until the broker
+        serves Metadata requests; not the jars' resolution (a cold Maven
+        download may take longer on slow networks). Returns self.
+
+        Raises:
+            BrokerError: Startup failed; the message holds the log tail.
+        """
+        if self._proc is not None:
+            raise BrokerError("broker already started")
+        libs = resolve_classpath(self.version)
+        java = java_executable()
+        deadline = time.monotonic() + timeout
+        try:
+            self._prepare(libs, java, deadline)
+            self._launch(libs, java)
+            self._await_ready(deadline)
+        except BaseException as exc:
+            # Never leave a half-started JVM or temp dir behind, even on Ctrl-C.
+            tail = self.log_tail(60)
+            self._stop_quietly()
+            if isinstance(exc, Exception) and not isinstance(exc, BrokerError):
+                raise BrokerError(
+                    f"Kafka start failed: {exc!r}; broker log tail:\n{tail}"
+                ) from exc
+            raise
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stops the broker: SIGTERM, then SIGKILL after ``grace`` seconds
+        (default ``stop_grace``). A temporary data folder is removed, a kept
+        one stays. Safe to call more than once and when never started."""
+        grace = self.stop_grace if grace is None else grace
+        proc, self._proc = self._proc, None
+        with contextlib.suppress(Exception):
+            atexit.unregister(self._stop_quietly)
+        if proc is not None:
+            terminate(proc.pid, grace, proc=proc)
+        if self.data_dir is not None and not self.keep_data:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 50) -> str:
+        """Returns the last ``lines`` lines of the broker log ('' if none yet)."""
+        return tail(self.log_path, lines) if self.log_path else ""
+
+    def first_error(self) -> str:
+        """The broker log's first ERROR line and its cause (see :func:`first_error`)."""
+        return first_error(self.log_path)
+
+    def state(self) -> dict:
+        """Returns a JSON-serialisable description (used for the CLI state file)."""
+        return {
+            "pid": self.pid,
+            "kafka_version": self.version,
+            "bootstrap_servers": self.bootstrap_servers,
+            "sasl_bootstrap_servers": self.sasl_bootstrap_servers,
+            "tls_bootstrap_servers": self.tls_bootstrap_servers,
+            "tls_dir": str(self.tls_dir) if self.tls_dir else None,
+            "controller_port": self.controller_port,
+            "data_dir": str(self.data_dir),
+            "log_path": str(self.log_path),
+            "properties_path": str(self.properties_path),
+            "cluster_id": self.cluster_id,
+        }
+
+    def __enter__(self) -> LocalKafka:
+        return self.start() if self._proc is None else self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def _stop_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop(grace=5)
+
+    def _prepare(self, libs: Path, java: str, deadline: float) -> None:
+        """Creates the data dir, writes config files and formats storage once."""
+        if self.keep_data:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="kafka-local-"))
+        self.log_path = self.data_dir / "broker.log"
+        self.log_path.write_text("")  # this start's log only: log_tail shows its errors
+        tls_names = ["SSL", "MTLS", "SASL_SSL"] if self.tls else []
+        self.listeners = choose_ports(
+            *self._requested_ports,
+            self._requested_tls_ports,
+            tls_names + list(self.extra_tls_listeners),
+            sasl=bool(self.sasl_users),
+        )
+        if self.tls:
+            self.tls_dir = ensure_tls_files(
+                self._requested_tls_dir or self.data_dir / "tls"
+            )
+        props = server_properties(
+            self.listeners,
+            log_dirs=self.data_dir / "kraft-logs",
+            sasl_users=self.sasl_users,
+            tls_dir=self.tls_dir,
+            extra_tls_listeners=self.extra_tls_listeners,
+            extra=self.extra_properties,
+        )
+        self.properties_path = write_config(self.data_dir, self.version, props)
+        storage_tool = self._java_command(libs, java, "kafka.tools.StorageTool")
+        self.cluster_id = format_storage_once(
+            self.data_dir, storage_tool, self.log_path, deadline
+        )
+
+    def _java_command(self, libs: Path, java: str, main_class: str) -> list[str]:
+        log_config = self.data_dir / "log4j2.properties"
+        return java_command(
+            java,
+            libs,
+            main_class,
+            heap=self.heap,
+            log_config=log_config,
+            options=self.jvm_options,
+        )
+
+    def _launch(self, libs: Path, java: str) -> None:
+        command = self._java_command(libs, java, "kafka.Kafka")
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                [*command, str(self.properties_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir,
+                # Own session: a terminal Ctrl-C reaches only Python, which then
+                # stops the broker gracefully; also required for --detach.
+                start_new_session=True,
+            )
+        if not self.detach:
+            atexit.register(self._stop_quietly)
+
+    def _await_ready(self, deadline: float) -> None:
+        last_error: BaseException | None = None
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                cause = self.first_error()
+                raise BrokerError(
+                    f"Kafka broker exited with code {code} during startup"
+                    + (f": {cause}" if cause else "")
+                    + f". Log {self.log_path} ends with:\n{self.log_tail(60)}"
+                )
+            try:
+                self._probe_listeners()
+                return
+            except (KafkaError, OSError) as exc:
+                last_error = exc
+            if time.monotonic() >= deadline:
+                raise BrokerError(
+                    f"Kafka broker not ready on {self.bootstrap_servers} within the timeout "
+                    f"(last probe error: {last_error!r}). Log {self.log_path} ends with:\n"
+                    f"{self.log_tail(60)}"
+                )
+            time.sleep(0.25)
+
+    def _probe_listeners(self) -> None:
+        probe(self.bootstrap_servers, timeout=2.0)
+        if self.sasl_users:
+            # Again at each start: a changed password takes effect.
+            create_scram_users(self.bootstrap_servers, self.sasl_users)
+            # A real login: the listener takes these very credentials.
+            user, password = next(iter(self.sasl_users.items()))
+            probe(
+                self.sasl_bootstrap_servers,
+                timeout=2.0,
+                security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="PLAIN",
+                sasl_plain_username=user,
+                sasl_plain_password=password,
+            )
+
+
+def first_error(log_path: Path | None) -> str:
+    """The broker log's first ERROR line, without its timestamp, and the
+    exception line under it: why a start failed (a port taken, a bad
+    setting), which the shutdown lines after it push out of the log's
+    tail ('' if none)."""
+    found: list[str] = []
+    try:
+        with open(log_path or "", encoding="utf-8", errors="replace") as log:
+            for line in log:
+                if found and (line.startswith("[") or len(found) == 2):
+                    break  # the next record: the error and its cause are in
+                if found or " ERROR " in line:
+                    found.append(line.split(" ERROR ", 1)[-1].strip())
+    except OSError:
+        pass
+    return " ".join(found)[:500]
