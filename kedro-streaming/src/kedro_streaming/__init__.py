@@ -40,7 +40,7 @@ __version__ = "0.7.0"
 
 # The public interface: each name and the private module that holds it.
 _PUBLIC = {
-    "SparkDataset": "._connectors.dataset",
+    "SparkDataset": "._connectors.table",
     "SparkStreamingDataset": "._connectors.dataset",
     "StreamingConfigError": ".errors",
     "StreamingQueryFailed": ".errors",

@@ -1,6 +1,62 @@
-"""TODO"""
+"""What the runtime reads from Spark beyond PySpark's public API: the JVM
+behind a classic session (PySpark's private py4j handles, used here and
+nowhere else), and the first line of Spark's errors.
+
+Over Spark Connect there is no JVM in this process: each function then
+answers ``None`` and the caller leaves the check to the server.
+"""
 
 from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pyspark
+from kedro.io.core import DatasetError
+from pyspark import SparkContext
+from pyspark.sql.streaming import DataStreamWriter
+
+# The trigger of Spark's Real-Time Mode (4.1+).
+_REAL_TIME = "realTime"
+
+
+def jvm_of(spark: Any) -> Any | None:
+    """The JVM of a classic SparkSession; ``None`` over Spark Connect."""
+    return getattr(spark, "_jvm", None)
+
+
+def java_frame(frame: Any) -> Any | None:
+    """The JVM Dataset behind a DataFrame; ``None`` over Spark Connect."""
+    return getattr(frame, "_jdf", None)
+
+
+def java_query(query: Any) -> Any | None:
+    """The JVM StreamingQuery behind a query; ``None`` over Spark Connect."""
+    return getattr(query, "_jsq", None)
+
+
+def use_gateway(gateway: Any) -> None:
+    """Has PySpark use a JVM this process launched itself."""
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def gateway_started() -> bool:
+    """Whether this process has started a JVM for PySpark."""
+    return SparkContext._gateway is not None
+
+
+def class_loads(spark: Any, name: str) -> bool:
+    """Whether the JVM of ``spark`` has the class ``name``."""
+    java = jvm_of(spark)
+    if java is None:
+        return False
+    try:
+        java.java.lang.Class.forName(
+            name, False, java.java.lang.Thread.currentThread().getContextClassLoader()
+        )
+    except Exception:  # noqa: BLE001 (Py4J wraps ClassNotFoundException)
+        return False
+    return True
 
 
 def headline(error: BaseException, limit: int = 1000) -> str:
@@ -24,3 +80,25 @@ def _first_line(error: BaseException) -> str:
     text = "".join(c if c.isprintable() or c == "\n" else " " for c in str(error))
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+def with_trigger(writer: DataStreamWriter, trigger: dict[str, Any]) -> DataStreamWriter:
+    """``writer.trigger(**trigger)``, Real-Time Mode included on PySpark 4.1.
+
+    Spark 4.1 has Real-Time Mode, but PySpark's ``trigger()`` takes
+    ``realTime`` only from 4.2: on 4.1 the JVM writer gets Spark's own
+    trigger. Spark Connect's writer has no JVM side.
+    """
+    interval = trigger.get(_REAL_TIME)
+    if interval is None or _REAL_TIME in inspect.signature(writer.trigger).parameters:
+        return writer.trigger(**trigger)
+    java_writer = getattr(writer, "_jwrite", None)
+    if java_writer is None:
+        raise DatasetError(
+            "Real-Time Mode over Spark Connect needs PySpark 4.2 or later (PySpark "
+            f"{pyspark.__version__} cannot ask for it): upgrade the client, or run "
+            "with a local or cluster master."
+        )
+    triggers = SparkContext._jvm.org.apache.spark.sql.streaming.Trigger
+    writer._jwrite = java_writer.trigger(triggers.RealTime(str(interval)))
+    return writer

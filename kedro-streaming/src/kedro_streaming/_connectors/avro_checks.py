@@ -7,6 +7,7 @@ from pyspark.sql import SparkSession
 
 from kedro_streaming._connectors.base import Connector, Entry, RunEntries
 from kedro_streaming._run.spark_settings import _class_loads
+from kedro_streaming._spark import jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
 
@@ -39,7 +40,7 @@ def check_avro_package(
     names = [n for n, d in sources.items() if d.reads_avro] + [
         n for n, d in sinks.items() if d.writes_avro
     ]
-    jvm = getattr(spark, "_jvm", None)  # none over Spark Connect: the server's
+    jvm = jvm_of(spark)  # none over Spark Connect: the server's
     if names and jvm is not None:
         if not _class_loads(jvm, "org.apache.spark.sql.avro.functions"):
             _refuse_avro(

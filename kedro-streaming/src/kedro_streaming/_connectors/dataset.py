@@ -2,47 +2,51 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import json
-from copy import deepcopy
 from typing import Any
 
 import fsspec
-import pyspark
 from kedro.io import AbstractDataset
 from kedro.io.core import DatasetError
-from kedro_datasets.spark import SparkDataset as _KedroSparkDataset
-from pyspark import SparkContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
 from kedro_streaming._connectors.avro import (
     AvroSchemas,
     decode_values,
-    encode_value,
-    value_schema,
 )
+from kedro_streaming._connectors.avro_option import AvroOption
 from kedro_streaming._connectors.delta import (
     DELTA_FORMAT,
     create_delta_table,
     upsert_batches,
+)
+from kedro_streaming._connectors.entry_keys import (
+    _LOAD_KEYS,
+    _SAVE_KEYS,
+    _close_key,
+    _redact,
+    _secrets_in,
 )
 from kedro_streaming._connectors.files import (
     APPEND_ONLY_FORMATS,
     _is_local_file_sink,
     _missing_local_folder,
 )
-from kedro_streaming._connectors.kafka import _NO_BOOTSTRAP, _per_topic_problem
+from kedro_streaming._connectors.kafka import (
+    _NO_BOOTSTRAP,
+    _per_topic_problem,
+    encode_values,
+)
 from kedro_streaming._connectors.kafka_security import KafkaSecurity
-from kedro_streaming._connectors.schema_registry import SchemaRegistry
 from kedro_streaming._run.session import spark_session
 from kedro_streaming._run.sink_schemas import SELF_DESCRIBING_FORMATS
-from kedro_streaming.errors import StreamingConfigError
+from kedro_streaming._spark import with_trigger
 
 OUTPUT_MODES = ("append", "complete", "update")
 # Formats whose schema is fixed or carried by the data itself.
@@ -53,54 +57,6 @@ TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous", "realTi
 # Spark's Real-Time Mode (Spark 4.1+): long-running tasks that stream each
 # record through; its trigger's interval is how often the query checkpoints.
 REAL_TIME = "realTime"
-# Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
-# The keys of a Kafka source's `avro` option.
-AVRO_OPTIONS = (
-    "schema_registry_url",
-    "subject",
-    "version",
-    "key_subject",
-    "credentials",
-)
-# The plugin's own keys of save_args and load_args (a catalog entry's are
-# SparkStreamingDataset's arguments, _ENTRY_KEYS): their other keys are
-# Spark's options, which options.py checks.
-_SAVE_KEYS = (
-    "output_mode",
-    "checkpoint",
-    "trigger",
-    "query_name",
-    "partitionBy",
-    "foreach_batch",
-    "merge_on",
-)
-_LOAD_KEYS = ("schema",)
-# As close as difflib's ratio gets a typo of a plugin key (`checkpiont`:
-# 0.9); no option name of Spark's formats comes this close to one.
-_CLOSE = 0.8
-# Spark's own spelling of a key the plugin takes under another name.
-_SPARK_SPELLINGS = {"checkpointlocation": "checkpoint"}
-_SECRET_MARKERS = ("jaas", "password", "secret", "keystore.key", "credentials")
-
-
-class SparkDataset(_KedroSparkDataset):
-    """kedro-datasets' ``spark.SparkDataset``, on the project's SparkSession.
-
-    Loading or saving starts the session from ``spark.yml`` if nothing has yet,
-    as in ``kedro ipython``, where no pipeline runs.
-    """
-
-    def __init__(self, *, filepath: str, **kwargs: Any) -> None:
-        super().__init__(filepath=filepath, **kwargs)
-        self.path = filepath
-
-    def load(self) -> DataFrame:
-        spark_session()
-        return super().load()
-
-    def save(self, data: DataFrame) -> None:
-        spark_session()
-        super().save(data)
 
 
 class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
@@ -189,9 +145,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         self._writer_options = save
         self._query: StreamingQuery | None = None
         self._started_from: DataFrame | None = None
-        self._avro = dict(avro) if avro else None
-        self._avro_schemas: AvroSchemas | None = None
-        self._avro_key_schemas: AvroSchemas | None = None
+        self._avro = AvroOption(avro, self._load_args) if avro else None
 
     @property
     def query(self) -> StreamingQuery | None:
@@ -474,131 +428,34 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return self._avro is not None
 
     @property
-    def avro_schemas(self) -> AvroSchemas:
-        """The writer and reader schemas this source decodes with, from the
-        registry at first use; ``plan_avro_id`` adds one."""
-        if self._avro_schemas is None:
-            self._avro_schemas = AvroSchemas.from_registry(
-                self._registry(),
-                self._avro_subject(),
-                self._avro.get("version", "latest"),
-            )
-        return self._avro_schemas
-
-    @property
-    def avro_key_schemas(self) -> AvroSchemas | None:
-        """The schemas its keys decode with (``key_subject``), if keys are Avro."""
-        if self._avro_key_schemas is None and self._avro.get("key_subject"):
-            self._avro_key_schemas = AvroSchemas.from_registry(
-                self._registry(), str(self._avro["key_subject"])
-            )
-        return self._avro_key_schemas
-
-    def _registry(self) -> SchemaRegistry:
-        options = dict(self._avro)
-        unknown = sorted(set(options) - set(AVRO_OPTIONS))
-        if unknown:
-            hints = [
-                f"{key!r}"
-                + "".join(
-                    f" (did you mean {close!r}?)"
-                    for close in difflib.get_close_matches(key, AVRO_OPTIONS, 1)
-                )
-                for key in unknown
-            ]
-            raise StreamingConfigError(
-                f"its `avro` option has {', '.join(hints)}, which it does not "
-                f"read; its keys: {', '.join(AVRO_OPTIONS)}"
-            )
-        address = options.get("schema_registry_url")
-        if not address:
-            raise StreamingConfigError(
-                "its `avro` option needs `schema_registry_url`, the registry's "
-                "API root (e.g. http://localhost:8081/apis/ccompat/v7)"
-            )
-        login = options.get("credentials") or {}
-        return SchemaRegistry(address, login.get("username"), login.get("password"))
-
-    def encode_values(self, data: DataFrame) -> DataFrame:
-        """``data`` with a struct ``value`` encoded as the Kafka sink writes it:
-        JSON (every field, nulls too), or Confluent-framed Avro with the
-        ``avro`` option, its schema registered under ``<topic>-value`` (a
-        version the subject's compatibility refuses fails, quoting the
-        registry). Without a ``topic`` in save_args, the rows name theirs in
-        a ``topic`` column and ``value`` holds one record per topic, named
-        after it; each row's own is encoded. Any other ``value`` is written
-        as it is."""
-        if self._file_format != "kafka" or "value" not in data.columns:
-            return data
-        value_type = data.schema["value"].dataType
-        if not isinstance(value_type, StructType):
-            return data
-        topic = self._writer_options.get("topic")
-        if topic:
-            records = {str(topic): (F.col("value"), value_type)}
-        else:
-            problem = _per_topic_problem(data, value_type)
-            if problem:
-                raise StreamingConfigError(problem)
-            records = {
-                f.name: (F.col("value")[f.name], f.dataType) for f in value_type.fields
-            }
-        encoded = {}
-        for name, (record, record_type) in records.items():
-            if self._avro is None:
-                encoded[name] = F.to_json(record, {"ignoreNullFields": "false"})
-            else:
-                schema = value_schema(record_type, name)
-                subject = self._avro.get("subject") if topic else None
-                schema_id = self._registry().register(
-                    subject or f"{name}-value", schema
-                )
-                encoded[name] = encode_value(record, schema, schema_id)
-        if topic:
-            return data.withColumn("value", encoded[str(topic)])
-        value = F.when(F.lit(False), F.lit(None))
-        for name, column in encoded.items():
-            value = value.when(F.col("topic") == name, column)
-        unknown = F.raise_error(
-            F.concat(
-                F.lit("kedro-streaming: a row's topic "),
-                F.coalesce(F.col("topic"), F.lit("null")),
-                F.lit(
-                    f" has no record in `value`, whose records are {', '.join(records)}"
-                ),
-            )
-        )
-        return data.withColumn("value", value.otherwise(unknown))
-
-    @property
     def writes_avro(self) -> bool:
         """Whether its struct values are encoded as Avro (the ``avro`` option)."""
         return self._avro is not None and self._file_format == "kafka"
 
+    @property
+    def avro_schemas(self) -> AvroSchemas:
+        """The schemas its values decode with (see ``AvroOption``)."""
+        return self._avro.schemas
+
+    @property
+    def avro_key_schemas(self) -> AvroSchemas | None:
+        """The schemas its keys decode with, if keys are Avro."""
+        return self._avro.key_schemas
+
     def check_registry(self) -> None:
         """Fails unless the ``avro`` option's registry answers, its
         credentials accepted."""
-        self._registry().subjects()
+        self._avro.registry().subjects()
 
     def plan_avro_id(self, schema_id: int) -> None:
-        """Looks ``schema_id`` up for the next ``load``: a version registered
-        since the plan (decoded then), or an id the registry lacks (each such
-        record then quarantined with that reason)."""
-        self._avro_schemas = self.avro_schemas.with_id(schema_id)
-        if self.avro_key_schemas is not None:
-            self._avro_key_schemas = self.avro_key_schemas.with_id(schema_id)
+        """Looks ``schema_id`` up for the next ``load`` (see ``AvroOption``)."""
+        self._avro.plan_id(schema_id)
 
-    def _avro_subject(self) -> str:
-        if self._avro.get("subject"):
-            return str(self._avro["subject"])
-        topics = str(self._load_args.get("subscribe", "")).split(",")
-        if len(topics) != 1 or not topics[0]:
-            raise StreamingConfigError(
-                "its `avro` option needs a `subject`: it reads "
-                f"{self._load_args.get('subscribe') or 'a topic pattern'}, not one "
-                "topic whose <topic>-value subject to read"
-            )
-        return f"{topics[0].strip()}-value"
+    def encode_values(self, data: DataFrame) -> DataFrame:
+        """``data`` as the Kafka sink writes it (see ``kafka.encode_values``)."""
+        if self._file_format != "kafka":
+            return data
+        return encode_values(data, self._writer_options.get("topic"), self._avro)
 
     def _describe(self) -> dict[str, Any]:
         return {
@@ -607,7 +464,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             "load_args": _redact(self._load_args),
             "save_args": _redact(self._save_args),
             "credentials": "***" if self._credentials else None,
-            "avro": _redact(self._avro) if self._avro else None,
+            "avro": _redact(self._avro.options) if self._avro else None,
         }
 
     def load(self) -> DataFrame:
@@ -746,7 +603,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             writer = writer.queryName(query_name)
         trigger = trigger or self._trigger
         if trigger:
-            writer = _with_trigger(writer, trigger)
+            writer = with_trigger(writer, trigger)
         if self._partition_by:
             columns = self._partition_by
             writer = writer.partitionBy(
@@ -775,30 +632,6 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return True
 
 
-def _with_trigger(
-    writer: DataStreamWriter, trigger: dict[str, Any]
-) -> DataStreamWriter:
-    """``writer.trigger(**trigger)``, Real-Time Mode included on PySpark 4.1.
-
-    Spark 4.1 has Real-Time Mode, but PySpark's ``trigger()`` takes
-    ``realTime`` only from 4.2: on 4.1 the JVM writer gets Spark's own
-    trigger. Spark Connect's writer has no JVM side.
-    """
-    interval = trigger.get(REAL_TIME)
-    if interval is None or REAL_TIME in inspect.signature(writer.trigger).parameters:
-        return writer.trigger(**trigger)
-    java_writer = getattr(writer, "_jwrite", None)
-    if java_writer is None:
-        raise DatasetError(
-            "Real-Time Mode over Spark Connect needs PySpark 4.2 or later (PySpark "
-            f"{pyspark.__version__} cannot ask for it): upgrade the client, or run "
-            "with a local or cluster master."
-        )
-    triggers = SparkContext._jvm.org.apache.spark.sql.streaming.Trigger
-    writer._jwrite = java_writer.trigger(triggers.RealTime(str(interval)))
-    return writer
-
-
 def _schema_from_file(schema: dict[str, Any]) -> StructType:
     """A Spark schema saved as JSON (``StructType.json()``), local or remote."""
     if "filepath" not in schema:
@@ -810,10 +643,6 @@ def _schema_from_file(schema: dict[str, Any]) -> StructType:
         return StructType.fromJson(json.load(handle))
 
 
-def _is_secret(key: str) -> bool:
-    return any(marker in key.lower() for marker in _SECRET_MARKERS)
-
-
 # The keys a catalog entry may have: SparkStreamingDataset's arguments.
 _ENTRY_KEYS = tuple(
     name
@@ -822,33 +651,6 @@ _ENTRY_KEYS = tuple(
     ).parameters.items()
     if parameter.kind is inspect.Parameter.KEYWORD_ONLY
 )
-
-
-def _close_key(key: str, keys: tuple[str, ...]) -> str | None:
-    """The one of ``keys`` that ``key`` misspells (its case, Spark's name for
-    it, or a typo), if any."""
-    spelling = {known.lower(): known for known in keys}
-    name = _SPARK_SPELLINGS.get(key.lower(), key.lower())
-    close = difflib.get_close_matches(name, list(spelling), n=1, cutoff=_CLOSE)
-    return spelling[close[0]] if close else None
-
-
-def _secrets_in(options: dict[str, Any], args_name: str) -> list[str]:
-    """Secrets belong in credentials, which are never described or logged."""
-    return [
-        f"has the secret option '{key}' in its {args_name}: move it to an entry of "
-        "conf/<env>/credentials.yml and name that entry with `credentials: <entry>`"
-        for key in options
-        if _is_secret(key)
-    ]
-
-
-def _redact(options: dict[str, Any]) -> dict[str, Any]:
-    shown = deepcopy(options)
-    for key in shown:
-        if _is_secret(key):
-            shown[key] = "***"
-    return shown
 
 
 def _import_function(reference: str):

@@ -7,8 +7,11 @@ from contextlib import closing
 from typing import Any
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from kedro_streaming._connectors.avro import encode_value, value_schema
+from kedro_streaming._connectors.avro_option import AvroOption
 from kedro_streaming._connectors.base import Entry
 from kedro_streaming._connectors.kafka_checks import offsets_reader
 from kedro_streaming._connectors.kafka_security import (
@@ -107,3 +110,52 @@ def unread_messages(dataset: Entry, committed: list[dict]) -> str:
     return ", ".join(
         f"{topic} {lag} messages" for topic, lag in sorted(by_topic.items())
     )
+
+
+def encode_values(
+    data: DataFrame, topic: str | None, avro: AvroOption | None
+) -> DataFrame:
+    """``data`` with a struct ``value`` encoded as the Kafka sink writes it:
+    JSON (every field, nulls too), or Confluent-framed Avro with the
+    ``avro`` option, its schema registered under ``<topic>-value`` (a
+    version the subject's compatibility refuses fails, quoting the
+    registry). Without a ``topic`` in save_args, the rows name theirs in
+    a ``topic`` column and ``value`` holds one record per topic, named
+    after it; each row's own is encoded. Any other ``value`` is written
+    as it is."""
+    if "value" not in data.columns:
+        return data
+    value_type = data.schema["value"].dataType
+    if not isinstance(value_type, StructType):
+        return data
+    if topic:
+        records = {str(topic): (F.col("value"), value_type)}
+    else:
+        problem = _per_topic_problem(data, value_type)
+        if problem:
+            raise StreamingConfigError(problem)
+        records = {
+            f.name: (F.col("value")[f.name], f.dataType) for f in value_type.fields
+        }
+    encoded = {}
+    for name, (record, record_type) in records.items():
+        if avro is None:
+            encoded[name] = F.to_json(record, {"ignoreNullFields": "false"})
+        else:
+            schema = value_schema(record_type, name)
+            subject = avro.options.get("subject") if topic else None
+            schema_id = avro.registry().register(subject or f"{name}-value", schema)
+            encoded[name] = encode_value(record, schema, schema_id)
+    if topic:
+        return data.withColumn("value", encoded[str(topic)])
+    value = F.when(F.lit(False), F.lit(None))
+    for name, column in encoded.items():
+        value = value.when(F.col("topic") == name, column)
+    unknown = F.raise_error(
+        F.concat(
+            F.lit("kedro-streaming: a row's topic "),
+            F.coalesce(F.col("topic"), F.lit("null")),
+            F.lit(f" has no record in `value`, whose records are {', '.join(records)}"),
+        )
+    )
+    return data.withColumn("value", value.otherwise(unknown))

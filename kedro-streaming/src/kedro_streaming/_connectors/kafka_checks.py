@@ -19,7 +19,7 @@ from kedro_streaming._connectors.kafka_security import (
     kafka_python_logs,
     login_problem,
 )
-from kedro_streaming._spark import headline
+from kedro_streaming._spark import headline, jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
 # The checks' logger, as named before 0.7.0.
@@ -156,7 +156,7 @@ def _kafka_client_logs_off(spark: SparkSession):
     if is_remote():  # the server's logs are the server's
         yield
         return
-    jvm = spark.sparkContext._jvm
+    jvm = jvm_of(spark)
     log4j = jvm.org.apache.logging.log4j
     configurator = log4j.core.config.Configurator
     loggers = ("org.apache.kafka", "org.apache.spark.sql.kafka010")

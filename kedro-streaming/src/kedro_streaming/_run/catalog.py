@@ -10,10 +10,8 @@ from typing import Any
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import Pipeline
 
-from kedro_streaming._connectors.dataset import (
-    SparkDataset,
-    SparkStreamingDataset,
-)
+from kedro_streaming._connectors.dataset import SparkStreamingDataset
+from kedro_streaming._connectors.table import SparkDataset
 from kedro_streaming.errors import StreamingConfigError
 
 # The checks' logger, as named before 0.7.0.

@@ -50,7 +50,7 @@ from kedro_streaming._run.progress import ProgressLog, describe_expectations
 from kedro_streaming._run.realtime import real_time_plan_problem
 from kedro_streaming._run.session import spark_session
 from kedro_streaming._run.state import StreamState, streaming_settings
-from kedro_streaming._spark import headline
+from kedro_streaming._spark import headline, java_frame
 from kedro_streaming.errors import StreamingConfigError, StreamingQueryFailed
 
 # Named as before 0.7.0: projects' logging.yml may set its level.
@@ -571,7 +571,7 @@ def observed_metrics(frame: Any) -> set[tuple[str, int]]:
     """The metrics ``frame``'s plan observes (``DataFrame.observe``), as
     (name, id of the observed DataFrame): two queries built from one node's
     output share them. Empty over Spark Connect, whose plan is the server's."""
-    jdf = getattr(frame, "_jdf", None)
+    jdf = java_frame(frame)
     if jdf is None:
         return set()
     found, stack = set(), [jdf.queryExecution().logical()]

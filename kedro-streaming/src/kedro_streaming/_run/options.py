@@ -18,6 +18,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from kedro_streaming._spark import jvm_of
+
 # Named as before 0.7.0: projects' logging.yml may set its level.
 logger = logging.getLogger("kedro_streaming.options")
 
@@ -134,7 +136,7 @@ class OptionNames:
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
-        jvm = getattr(spark, "_jvm", None)
+        jvm = jvm_of(spark)
         self._loader = (
             jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
             if jvm is not None
@@ -207,7 +209,7 @@ class OptionNames:
         return None
 
     def _class(self, name: str):
-        jvm = self._spark._jvm
+        jvm = jvm_of(self._spark)
         return jvm.java.lang.Class.forName(name, True, self._loader)
 
     def _module(self, name: str):
@@ -217,7 +219,7 @@ class OptionNames:
     def _scala_set(self, name: str, method: str) -> list[str]:
         cls, module = self._module(name)
         values = cls.getMethod(method, None).invoke(module, None)
-        converters = self._spark._jvm.scala.jdk.javaapi.CollectionConverters
+        converters = jvm_of(self._spark).scala.jdk.javaapi.CollectionConverters
         return list(converters.asJava(values))
 
     def _constants(self, name: str) -> list[str]:
@@ -339,7 +341,7 @@ def _starting_offsets_problem(text: str) -> str | None:
 def interval_problem(spark: SparkSession, interval: str) -> str | None:
     """Why Spark cannot read ``interval`` as a trigger's (``10 seconds``),
     or ``None``."""
-    jvm = getattr(spark, "_jvm", None)
+    jvm = jvm_of(spark)
     if jvm is None:
         return None
     try:

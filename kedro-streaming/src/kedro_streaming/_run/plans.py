@@ -33,7 +33,7 @@ from kedro_streaming._connectors.dataset import (
 )
 from kedro_streaming._run.realtime import real_time_plan_problem
 from kedro_streaming._run.sink_schemas import check_sink_schema
-from kedro_streaming._spark import headline
+from kedro_streaming._spark import headline, java_frame, jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
 # Named as before 0.7.0: projects' logging.yml may set its level.
@@ -198,7 +198,7 @@ def sink_plan_problem(
 def _output_mode_problem(spark: Any, mode: str, frame: Any) -> str | None:
     """What Spark's check of a streaming plan against its output mode (made
     when a query starts) refuses; over Spark Connect Spark checks at start."""
-    jvm = getattr(spark, "_jvm", None)
+    jvm = jvm_of(spark)
     if jvm is None:
         return None
     checking = spark.conf.get("spark.sql.streaming.unsupportedOperationCheck", "true")
@@ -208,7 +208,7 @@ def _output_mode_problem(spark: Any, mode: str, frame: Any) -> str | None:
     analysis = jvm.org.apache.spark.sql.catalyst.analysis
     try:
         analysis.UnsupportedOperationChecker.checkForStreaming(
-            frame._jdf.queryExecution().analyzed(),
+            java_frame(frame).queryExecution().analyzed(),
             {
                 "append": modes.Append,
                 "update": modes.Update,

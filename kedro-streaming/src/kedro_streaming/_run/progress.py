@@ -19,6 +19,7 @@ from kedro_streaming._nodes.expectations import (
 )
 from kedro_streaming._run.metrics import StreamMetrics
 from kedro_streaming._run.state import StreamState, batch_record
+from kedro_streaming._spark import java_query
 
 # Named as before 0.7.0: projects' logging.yml may set its level.
 logger = logging.getLogger("kedro_streaming.progress")
@@ -163,7 +164,7 @@ def _metric_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def _reports_newest_first(query: StreamingQuery) -> Iterator[dict[str, Any]]:
     """The query's recent progress reports (Spark keeps 100), newest first."""
-    jquery = getattr(query, "_jsq", None)
+    jquery = java_query(query)
     if jquery is None:  # Spark Connect: the reports arrive as JSON already.
         for report in reversed(query.recentProgress):
             yield json.loads(report.json)

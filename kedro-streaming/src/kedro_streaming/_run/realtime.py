@@ -15,6 +15,7 @@ from kedro_streaming._connectors.kafka_checks import (
     BATCH_SIZE_OPTIONS,
     _kafka_source_tasks,
 )
+from kedro_streaming._spark import java_frame, jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
 # The first Spark with Real-Time Mode, and the first whose Real-Time Mode runs
@@ -83,7 +84,7 @@ def check_real_time_intervals(
     """Fails when a Real-Time Mode sink checkpoints more often than Spark
     allows (``spark.sql.streaming.realTimeMode.minBatchDuration``): Spark
     would fail the query once started, naming that setting only."""
-    jvm = getattr(spark, "_jvm", None)
+    jvm = jvm_of(spark)
     if jvm is None:  # Spark Connect: the server checks
         return
     setting = "spark.sql.streaming.realTimeMode.minBatchDuration"
@@ -180,7 +181,7 @@ def real_time_plan_problem(frame: Any, spark_version: str) -> str | None:
 
     Over Spark Connect the plan is the server's: Spark checks it at the start.
     """
-    jdf = getattr(frame, "_jdf", None)
+    jdf = java_frame(frame)
     if jdf is None:
         return None
     refused, stack = set(), [jdf.queryExecution().analyzed()]

@@ -27,13 +27,14 @@ from kedro.framework import project as kedro_project
 from kedro.framework.context import KedroContext
 from kedro.framework.hooks import hook_impl
 from py4j.java_gateway import JavaGateway
-from pyspark import SparkConf, SparkContext
+from pyspark import SparkConf
 from pyspark.errors import PySparkRuntimeError
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
 from kedro_streaming._connectors.delta import check_delta_package
+from kedro_streaming._spark import gateway_started, jvm_of, use_gateway
 from kedro_streaming.errors import StreamingConfigError
 
 # Spark's own packages, released with each Spark version: the Kafka connector
@@ -134,7 +135,7 @@ def spark_session() -> SparkSession:
         # PySpark's own switch to Spark Connect: every getOrCreate() in this
         # process (kedro-datasets' included) then returns this session.
         os.environ["SPARK_REMOTE"] = remote
-    elif SparkContext._gateway is None:
+    elif not gateway_started():
         _set_ui_address(conf)
         launch = without_resolution(conf)
         resolved_here = launch is conf
@@ -168,7 +169,7 @@ def spark_session() -> SparkSession:
             )
         # Delta's MERGE keeps its source in a local checkpoint, and Spark warns
         # that such an RDD cannot be recomputed, at every MERGE: not a problem.
-        log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+        log4j = jvm_of(spark).org.apache.logging.log4j
         log4j.core.config.Configurator.setLevel(
             "org.apache.spark.rdd.MapPartitionsRDD", log4j.Level.ERROR
         )
@@ -503,7 +504,7 @@ def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
         )
     finally:
         os.close(write_end)  # the JVM has its own copy
-    SparkContext._ensure_initialized(gateway=gateway)
+    use_gateway(gateway)
     return gateway
 
 

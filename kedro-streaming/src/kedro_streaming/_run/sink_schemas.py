@@ -26,6 +26,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
+from kedro_streaming._spark import java_frame, jvm_of
+
 # Formats whose files carry their schema, which Spark merges across files.
 SELF_DESCRIBING_FORMATS = ("parquet", "orc")
 DELTA_FORMAT = "delta"
@@ -285,10 +287,10 @@ def planned_state_schemas(
     numbers them (top down), each with the key and value schemas of its state
     when this module knows them: aggregations keep their grouping keys and the
     aggregate buffers, deduplications their keys."""
-    jdf = getattr(frame, "_jdf", None)
+    jdf = java_frame(frame)
     if jdf is None:
         return None
-    jvm = frame.sparkSession._jvm
+    jvm = jvm_of(frame.sparkSession)
     found: list[tuple[str, StructType | None, StructType | None]] = []
 
     def schema(attributes) -> StructType:

@@ -7,6 +7,7 @@ import logging
 
 from pyspark.sql import SparkSession
 
+from kedro_streaming._spark import jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
 # The checks' logger, as named before 0.7.0.
@@ -18,7 +19,7 @@ def check_spark_settings(spark: SparkSession, conf: dict[str, str]) -> None:
     to one it does (``spark.sql.shufle.partitions``): Spark keeps any key,
     and ignores what it does not read. Only a warning, since plugins (Delta,
     catalogs) read keys of their own."""
-    jvm = getattr(spark, "_jvm", None)
+    jvm = jvm_of(spark)
     if jvm is None:
         return
     try:
@@ -54,7 +55,7 @@ CLASS_SETTINGS = (
 def check_setting_classes(spark: SparkSession, conf: dict[str, str]) -> None:
     """Fails unless each class ``spark.yml`` names (``CLASS_SETTINGS``)
     loads in this Spark."""
-    jvm = getattr(spark, "_jvm", None)
+    jvm = jvm_of(spark)
     missing = [
         f"  - {key}: {conf[key]}"
         for key in CLASS_SETTINGS

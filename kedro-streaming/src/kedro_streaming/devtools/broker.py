@@ -146,7 +146,7 @@ def start(
         started = time.monotonic()
         kafka.start(timeout=timeout)
         try:
-            write_state(data_dir, STATE_FILE, kafka.state())
+            write_state(data_dir, STATE_FILE, _state(kafka))
         except BaseException:
             kafka.stop()  # a broker nobody can find again must not keep running
             raise
@@ -164,6 +164,23 @@ def start(
         )
     say(kafka.bootstrap_servers)
     return 0
+
+
+def _state(kafka: LocalKafka) -> dict:
+    """What the state file records of a started broker."""
+    return {
+        "pid": kafka.pid,
+        "kafka_version": kafka.version,
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "sasl_bootstrap_servers": kafka.sasl_bootstrap_servers,
+        "tls_bootstrap_servers": kafka.tls_bootstrap_servers,
+        "tls_dir": str(kafka.tls_dir) if kafka.tls_dir else None,
+        "controller_port": kafka.listeners.controller_port,
+        "data_dir": str(kafka.data_dir),
+        "log_path": str(kafka.log_path),
+        "properties_path": str(kafka.properties_path),
+        "cluster_id": kafka.cluster_id,
+    }
 
 
 def listener_lines(kafka: LocalKafka) -> list[str]:

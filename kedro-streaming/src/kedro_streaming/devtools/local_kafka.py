@@ -18,9 +18,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from kafka.errors import KafkaError
-
-from kedro_streaming.devtools.broker_admin import create_scram_users, probe
+from kedro_streaming.devtools.broker_admin import await_ready, first_error
 from kedro_streaming.devtools.broker_config import (
     Listeners,
     choose_ports,
@@ -126,12 +124,7 @@ class LocalKafka:
 
     @property
     def sasl_port(self) -> int | None:
-        """The SASL_PLAINTEXT listener's port (the requested one before start)."""
         return self.listeners.sasl_port if self.listeners else self._requested_ports[1]
-
-    @property
-    def controller_port(self) -> int | None:
-        return self.listeners.controller_port if self.listeners else None
 
     @property
     def tls_ports(self) -> dict[str, int]:
@@ -186,7 +179,14 @@ class LocalKafka:
         try:
             self._prepare(libs, java, deadline)
             self._launch(libs, java)
-            self._await_ready(deadline)
+            await_ready(
+                self._proc,
+                self.bootstrap_servers,
+                deadline=deadline,
+                log_path=self.log_path,
+                sasl_servers=self.sasl_bootstrap_servers,
+                sasl_users=self.sasl_users,
+            )
         except BaseException as exc:
             # Never leave a half-started JVM or temp dir behind, even on Ctrl-C.
             tail = self.log_tail(60)
@@ -218,22 +218,6 @@ class LocalKafka:
     def first_error(self) -> str:
         """The broker log's first ERROR line and its cause (see :func:`first_error`)."""
         return first_error(self.log_path)
-
-    def state(self) -> dict:
-        """Returns a JSON-serialisable description (used for the CLI state file)."""
-        return {
-            "pid": self.pid,
-            "kafka_version": self.version,
-            "bootstrap_servers": self.bootstrap_servers,
-            "sasl_bootstrap_servers": self.sasl_bootstrap_servers,
-            "tls_bootstrap_servers": self.tls_bootstrap_servers,
-            "tls_dir": str(self.tls_dir) if self.tls_dir else None,
-            "controller_port": self.controller_port,
-            "data_dir": str(self.data_dir),
-            "log_path": str(self.log_path),
-            "properties_path": str(self.properties_path),
-            "cluster_id": self.cluster_id,
-        }
 
     def __enter__(self) -> LocalKafka:
         return self.start() if self._proc is None else self
@@ -304,61 +288,3 @@ class LocalKafka:
             )
         if not self.detach:
             atexit.register(self._stop_quietly)
-
-    def _await_ready(self, deadline: float) -> None:
-        last_error: BaseException | None = None
-        while True:
-            code = self._proc.poll()
-            if code is not None:
-                cause = self.first_error()
-                raise BrokerError(
-                    f"Kafka broker exited with code {code} during startup"
-                    + (f": {cause}" if cause else "")
-                    + f". Log {self.log_path} ends with:\n{self.log_tail(60)}"
-                )
-            try:
-                self._probe_listeners()
-                return
-            except (KafkaError, OSError) as exc:
-                last_error = exc
-            if time.monotonic() >= deadline:
-                raise BrokerError(
-                    f"Kafka broker not ready on {self.bootstrap_servers} within the timeout "
-                    f"(last probe error: {last_error!r}). Log {self.log_path} ends with:\n"
-                    f"{self.log_tail(60)}"
-                )
-            time.sleep(0.25)
-
-    def _probe_listeners(self) -> None:
-        probe(self.bootstrap_servers, timeout=2.0)
-        if self.sasl_users:
-            # Again at each start: a changed password takes effect.
-            create_scram_users(self.bootstrap_servers, self.sasl_users)
-            # A real login: the listener takes these very credentials.
-            user, password = next(iter(self.sasl_users.items()))
-            probe(
-                self.sasl_bootstrap_servers,
-                timeout=2.0,
-                security_protocol="SASL_PLAINTEXT",
-                sasl_mechanism="PLAIN",
-                sasl_plain_username=user,
-                sasl_plain_password=password,
-            )
-
-
-def first_error(log_path: Path | None) -> str:
-    """The broker log's first ERROR line, without its timestamp, and the
-    exception line under it: why a start failed (a port taken, a bad
-    setting), which the shutdown lines after it push out of the log's
-    tail ('' if none)."""
-    found: list[str] = []
-    try:
-        with open(log_path or "", encoding="utf-8", errors="replace") as log:
-            for line in log:
-                if found and (line.startswith("[") or len(found) == 2):
-                    break  # the next record: the error and its cause are in
-                if found or " ERROR " in line:
-                    found.append(line.split(" ERROR ", 1)[-1].strip())
-    except OSError:
-        pass
-    return " ".join(found)[:500]
