@@ -4,12 +4,13 @@ Creates a project from this starter in a temporary folder, starts its Kafka
 broker (`kedro streams broker start`), runs the example continuously
 (`kedro run --env kafka`, a 1-second trigger) while the project's producer
 sends real TLC trips (``../shared/reference-data``) at 100 messages/s, then
-the trips that break each expectation, and scrapes the run's Prometheus endpoint every second. Each panel of
-``monitoring/grafana/dashboards/kedro-streams.json`` is then evaluated, query by
-query, over the scraped series (with the tests' PromQL evaluation, which
-`tests/test_promql.py` proves equal to Prometheus') and drawn as Grafana lays it
-out, into ``{{ cookiecutter.repo_name }}/docs/dashboard.png``. Run it with a
-Python that has the starter's test requirements and matplotlib:
+the trips that break each expectation, while a real Prometheus (Debian's
+`prometheus` package, as the tests run it) scrapes the run's endpoint every
+second. Each panel of ``monitoring/grafana/dashboards/kedro-streams.json`` is
+then queried from that Prometheus, query by query, over the run (its HTTP
+API's range queries, a point a second) and drawn as Grafana lays it out, into
+``{{ cookiecutter.repo_name }}/docs/dashboard.png``. Run it with a Python that
+has the starter's test requirements and matplotlib:
 
     pip install -r tests/requirements.txt matplotlib
     python docs/dashboard_plot.py [--seconds 240]
@@ -35,8 +36,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 STARTER = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(STARTER / "tests"))
-from promql import evaluate  # noqa: E402
-from support import SHARED_DATA, Scraper, free_port, install_project  # noqa: E402
+from support.common import SHARED_DATA, free_port  # noqa: E402
+from support.project import install_project  # noqa: E402
+from support.prometheus import Prometheus  # noqa: E402
 
 OUTPUT = STARTER / "{{ cookiecutter.repo_name }}" / "docs" / "dashboard.png"
 DASHBOARD = "monitoring/grafana/dashboards/kedro-streams.json"
@@ -49,9 +51,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         project, python = new_project(Path(workdir))
-        scraper, started = run_and_scrape(project, python, args.seconds)
-        dashboard = json.loads((project / DASHBOARD).read_text())
-    draw(dashboard, scraper, started)
+        port = free_port()
+        with Prometheus(Path(workdir) / "prometheus", port) as prometheus:
+            started = run(project, python, port, args.seconds)
+            dashboard = json.loads((project / DASHBOARD).read_text())
+            draw(dashboard, prometheus, started, time.time())
 
 
 def new_project(workdir: Path) -> tuple[Path, Path]:
@@ -72,13 +76,13 @@ def new_project(workdir: Path) -> tuple[Path, Path]:
     return project, bin_dir / "python"
 
 
-def run_and_scrape(project: Path, python: Path, seconds: int):
+def run(project: Path, python: Path, port: int, seconds: int) -> float:
+    """Runs the example, its metrics on ``port``; returns when it began."""
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true"}
     tools = [python, "-m", "tools"]
     devtools = [python, "-m", "kedro_streaming.devtools"]
     subprocess.run([*devtools, "broker", "start"], check=True, cwd=project, env=env)
-    port = free_port()
-    run = subprocess.Popen(
+    process = subprocess.Popen(
         [python, "-m", "kedro", "run", "--env", "kafka", "--params"]
         + [f"trigger_interval=1 second,metrics_port={port}"],
         cwd=project,
@@ -88,25 +92,20 @@ def run_and_scrape(project: Path, python: Path, seconds: int):
     send = [*tools, "trips", "send", "--rate", str(RATE)]
     trips = SHARED_DATA / "green_tripdata_2021-01_head.csv"  # 596 real trips
     try:
-        with Scraper(port) as scraper:
-            started = time.time()
-            healthy = int(seconds * 0.6)
-            for _ in range(healthy * RATE // 596):
-                subprocess.run(
-                    [*send, "--source", trips], check=True, cwd=project, env=env
-                )
-            subprocess.run([*send, "--rule-breakers"], check=True, cwd=project, env=env)
-            time.sleep(max(0.0, started + seconds - time.time()))
+        started = time.time()
+        healthy = int(seconds * 0.6)
+        for _ in range(healthy * RATE // 596):
+            subprocess.run([*send, "--source", trips], check=True, cwd=project, env=env)
+        subprocess.run([*send, "--rule-breakers"], check=True, cwd=project, env=env)
+        time.sleep(max(0.0, started + seconds - time.time()))
     finally:
-        run.send_signal(signal.SIGTERM)
-        run.wait(timeout=120)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
         subprocess.run([*devtools, "broker", "stop"], check=False, cwd=project, env=env)
-    return scraper, started
+    return started
 
 
-def draw(dashboard: dict, scraper: Scraper, started: float) -> None:
-    samples = scraper.samples()
-    times = [at for at, _ in scraper.scrapes]
+def draw(dashboard: dict, prometheus: Prometheus, started: float, end: float) -> None:
     panels = sorted(
         dashboard["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"])
     )
@@ -115,11 +114,16 @@ def draw(dashboard: dict, scraper: Scraper, started: float) -> None:
     for ax, panel in zip(axes.flat, panels, strict=False):
         for target in panel["targets"]:
             lines: dict[str, list[tuple[float, float]]] = {}
-            for at in times:
-                expr = target["expr"].replace("$query", ".+")
-                for labels, value in evaluate(expr, samples, at).items():
-                    legend = legend_of(target["legendFormat"], dict(labels))
-                    lines.setdefault(legend, []).append((at - started, value))
+            expr = target["expr"].replace("$query", ".+")
+            ranged = prometheus.api(
+                "query_range", query=expr, start=started, end=end, step=1
+            )
+            for series in ranged["result"]:
+                legend = legend_of(target["legendFormat"], series["metric"])
+                lines.setdefault(legend, []).extend(
+                    (float(at) - started, float(value))
+                    for at, value in series["values"]
+                )
             for legend, points in sorted(lines.items()):
                 xs, ys = zip(*points, strict=True)
                 if panel["type"] == "state-timeline":

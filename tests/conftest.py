@@ -1,12 +1,12 @@
 """Fixtures: a project generated with `kedro new --starter`, and its own venv.
 
-What the tests share besides fixtures is in `support.py`.
+What the tests share besides fixtures is in the `support` package.
 
 Ports: every port a test uses is chosen free when it runs (`free_port()`),
 so that two test sessions, or a session beside a user's own broker,
 registry or run, share one machine. Each `kedro run` the tests start gets
 free ones from the environment: `KEDRO_STREAMS_METRICS_PORT` and
-`KEDRO_STREAMS_SPARK_UI_PORT` (`support.quiet_env`; conf/base/streaming.yml
+`KEDRO_STREAMS_SPARK_UI_PORT` (`support.common.quiet_env`; conf/base/streaming.yml
 reads them when `--params` sets no `metrics_port` or `spark_ui_port`).
 To prove it, the session holds the default ports (`DEFAULT_PORTS` of
 `kedro_streaming.devtools.processes`: Kafka's 9092-9095, metrics 9464,
@@ -34,23 +34,25 @@ import pytest
 # rewritten by pytest, their failures show the values compared.
 pytest.register_assert_rewrite("support")
 
-from support import (  # noqa: E402
+from support.common import (  # noqa: E402
     EVENT_HUBS_PASSWORD,
     EVENT_HUBS_USER,
     PACKAGE,
     PLUGIN_SOURCE,
-    PREFETCHES,
     SASL_PASSWORD,
     SASL_USER,
-    bad_certificates,
     free_port,
+    run,
+    tool_service,
+)
+from support.project import (  # noqa: E402
+    PREFETCHES,
     generate_away,
     generate_project,
     install_project,
-    run,
     start_prefetches,
-    tool_service,
 )
+from support.security import bad_certificates  # noqa: E402
 
 
 def pytest_sessionstart(session):

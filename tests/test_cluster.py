@@ -22,22 +22,21 @@ from reference import (
     message_batches,
     zone_boroughs,
 )
-from support import (
+from support.checkpoints import read_table
+from support.common import (
     AS_SHIPPED,
     BOUNDED,
     CHUNK,
     PACKAGE,
     SPARK_VERSION,
-    assert_matches_reference,
-    bundled_lines,
-    example_reference,
     free_port,
-    point_at_broker,
     quiet_env,
-    read_table,
     run,
     tool_service,
 )
+from support.compare import assert_matches_reference, example_reference
+from support.kafka import point_at_broker
+from support.project import bundled_lines
 
 # Where Spark reads and writes in these runs: a folder every process of the
 # test "cluster" sees, as shared storage would be.

@@ -16,22 +16,16 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from support import (
-    DELTA_TABLES,
-    FILE_BY_FILE,
-    SPARK_VERSION,
+from support.checkpoints import DELTA_TABLES, assert_one_commit_per_batch, read_table
+from support.common import FILE_BY_FILE, SPARK_VERSION, kedro_run, run, streams
+from support.compare import (
     assert_matches_reference,
-    assert_one_commit_per_batch,
     assert_progress_log,
     example_reference,
-    kedro_run,
-    progress_records,
-    read_table,
-    run,
     split_bronze,
-    start_kedro,
-    streams,
 )
+from support.metrics import progress_records
+from support.processes import start_kedro
 
 DELTA = ["--env", "delta"]
 WITH_LIVE = [*DELTA, "--pipelines", "ingest,aggregate,live"]

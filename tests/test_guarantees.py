@@ -26,37 +26,36 @@ from reference import (
     text_lines,
     zone_boroughs,
 )
-from support import (
+from support.checkpoints import (
+    DELTA_TABLES,
+    assert_one_commit_per_batch,
+    batch_ids,
+    delta_commits,
+    read_table,
+    replay,
+)
+from support.common import (
     AS_SHIPPED,
     BOUNDED,
     CHUNK,
-    DELTA_TABLES,
     SASL_PASSWORD,
     SASL_USER,
-    assert_matches_reference,
-    assert_one_commit_per_batch,
-    assert_progress_log,
-    bad_messages,
-    batch_ids,
-    bundled_lines,
-    combine_environments,
-    consume_all,
-    delta_commits,
-    files_holding,
     free_port,
     kedro_run,
+    run,
+    streams,
+)
+from support.compare import assert_matches_reference, assert_progress_log, split_bronze
+from support.kafka import (
+    bad_messages,
+    consume_all,
     payload,
     point_at_broker,
-    read_table,
-    replay,
-    run,
-    run_until_then_kill,
-    secure_kafka,
     send_to_one_partition,
-    split_bronze,
-    streams,
-    user_caches,
 )
+from support.processes import run_until_then_kill
+from support.project import bundled_lines, combine_environments
+from support.security import files_holding, secure_kafka, user_caches
 
 DELTA_KAFKA_PIPELINES = "ingest,aggregate,live,publish"
 

@@ -22,26 +22,18 @@ from reference import (
     json_landing_batches,
     zone_boroughs,
 )
-from support import (
-    SASL_PASSWORD,
-    SASL_USER,
+from support.checkpoints import committed_files, read_table
+from support.common import SASL_PASSWORD, SASL_USER, free_port, kedro_run, run
+from support.compare import assert_progress_log
+from support.kafka import consume_all, kafka_messages, point_at_broker, read_topics
+from support.metrics import (
     assert_metrics_match_progress_log,
-    assert_progress_log,
-    bundled_lines,
-    committed_files,
-    consume_all,
-    free_port,
-    kafka_messages,
-    kedro_run,
-    point_at_broker,
     progress_records,
-    read_table,
-    read_topics,
-    run,
-    secure_kafka,
-    start_continuous_kafka_run,
     unix_time,
 )
+from support.processes import start_continuous_kafka_run
+from support.project import bundled_lines
+from support.security import secure_kafka
 
 
 def produce(bin_dir: Path, project: Path, *args: str) -> str:
@@ -539,7 +531,9 @@ def test_watch_decodes_avro_and_the_helper_uses_the_pipelines_credentials(  # no
     registry as one JSON line, and names each message that does not decode
     on stderr, with its offset and reason."""
     plugin_tool("kafka")  # the plugin's source on the path
-    registry_module = importlib.import_module("kedro_streaming.schema_registry")
+    registry_module = importlib.import_module(
+        "kedro_streaming._connectors.schema_registry"
+    )
     servers = secure_kafka(monkeypatch, broker, "SASL_SSL", mechanism="SCRAM-SHA-512")
     topic, _ = point_at_broker(fresh_project, servers)
     url = schema_registry["url"]

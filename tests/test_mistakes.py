@@ -16,13 +16,9 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from support import (
-    SPARK_VERSION,
-    free_port,
-    run,
-    send_to_one_partition,
-    walkthrough_project,
-)
+from support.common import SPARK_VERSION, free_port, run
+from support.kafka import send_to_one_partition
+from support.project import walkthrough_project
 
 READINGS = "mistakes-readings"
 ALERTS = "mistakes-alerts"
@@ -351,46 +347,46 @@ CASES = [
 ]
 
 
-def test_each_mistake_is_refused_before_anything_is_written(
-    project, project_bin, broker
+@pytest.mark.parametrize(
+    ("edits", "arguments", "message", "spark_started"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_each_mistake_is_refused_before_anything_is_written(  # noqa: PLR0917 (the case's fields)
+    project, project_bin, broker, edits, arguments, message, spark_started
 ):
+    """One mistake (its id says which), in the module's project: `kedro run`
+    exits 1 with the exact message as it ends the output, no stack trace,
+    Spark started or not as the case says; nothing written."""
     servers = broker.bootstrap_servers
-    failures = []
-    for case, edits, arguments, message, spark_started in CASES:
-        with mistake(project, edits):
-            result = run(
-                [project_bin / "kedro", "run", *arguments],
-                cwd=project,
-                check=False,
-                timeout=300,
-            )
-        # The message, as it ends the output; "…" ends the part that is ours
-        # (Spark's reason follows it).
-        got = result.stderr[result.stderr.find("StreamingConfigError:") :].strip()
-        wanted = message.format(servers=servers, project=project)
-        if (
-            result.returncode != 1
-            or not (
-                got.startswith(wanted.removesuffix("…"))
-                if wanted.endswith("…")
-                else got == wanted
-            )
-            or "Traceback" in result.output
-            or "register_new_resolver" in result.output
-            or (SPARK_STARTED in result.output) != spark_started
-        ):
-            failures.append(
-                f"{case}: exit {result.returncode}\n{result.output[-3000:]}"
-            )
-        written = sorted(
-            str(path.relative_to(project))
-            for path in (project / "data").rglob("*")
-            if path.is_file() and path.name != ".gitkeep"
-            if "checkpoints" in path.parts or "02_intermediate" in path.parts
+    with mistake(project, edits):
+        result = run(
+            [project_bin / "kedro", "run", *arguments],
+            cwd=project,
+            check=False,
+            timeout=300,
         )
-        assert written == [], f"{case}: wrote {written}"
-        assert topic_ends(servers) == {READINGS: len(MESSAGES)}, case
-    assert not failures, "\n\n".join(failures)
+    # The message, as it ends the output; "…" ends the part that is ours
+    # (Spark's reason follows it).
+    got = result.stderr[result.stderr.find("StreamingConfigError:") :].strip()
+    wanted = message.format(servers=servers, project=project)
+    output = f"exit {result.returncode}\n{result.output[-3000:]}"
+    assert result.returncode == 1, output
+    if wanted.endswith("…"):
+        assert got.startswith(wanted.removesuffix("…")), output
+    else:
+        assert got == wanted, output
+    assert "Traceback" not in result.output, output
+    assert "register_new_resolver" not in result.output, output
+    assert (SPARK_STARTED in result.output) == spark_started, output
+    written = sorted(
+        str(path.relative_to(project))
+        for path in (project / "data").rglob("*")
+        if path.is_file() and path.name != ".gitkeep"
+        if "checkpoints" in path.parts or "02_intermediate" in path.parts
+    )
+    assert written == []
+    assert topic_ends(servers) == {READINGS: len(MESSAGES)}
 
 
 def test_validate_names_the_same_mistakes_without_running(project, project_bin):

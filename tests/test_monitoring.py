@@ -1,10 +1,7 @@
-"""The project's monitoring (monitoring/: alert rules, Grafana dashboard, and
-their Prometheus and Grafana services in docker-compose.yml), against the
-series a real continuous run serves.
-
-The rules and the dashboard's queries are evaluated by `promql`, whose
-equality with promtool `test_promql.py` proves; where promtool is installed,
-it evaluates the run's own series here too.
+"""The project's monitoring (monitoring/: alert rules and their promtool
+unit tests, Grafana dashboard, and their Prometheus and Grafana services in
+docker-compose.yml), with the real Prometheus and promtool: the rules' own
+tests, and a Prometheus scraping a real continuous run.
 """
 
 from __future__ import annotations
@@ -13,33 +10,45 @@ import json
 import os
 import signal
 import time
+from collections import Counter
 from itertools import cycle
 from pathlib import Path
 
 import yaml
-from promql import (
-    alert_states,
-    evaluate,
-    find_promtool,
-    load_rules,
-    run_promtool,
-    write_promtool_test,
-)
-from support import (
-    SHARED_DATA,
-    Scraper,
-    free_port,
-    point_at_broker,
-    progress_records,
-    run,
-    start_continuous_kafka_run,
-)
+from support.common import SHARED_DATA, free_port, run
+from support.kafka import point_at_broker
+from support.metrics import progress_records, unix_time
+from support.processes import start_continuous_kafka_run
+from support.prometheus import Prometheus, promtool, scaled_rules
 
-# Scraped every second, evaluated as if every minute: the rules compare gauge
-# values, signs of trends and ratios of rates, which this leaves unchanged, and
-# their 5- and 10-minute windows then span 5 and 10 real scrapes.
-STRETCH = 60.0
 DASHBOARD = "monitoring/grafana/dashboards/kedro-streams.json"
+ALERTS = ("KedroStreamQueryFailed", "KedroStreamStalled")
+ALERTS += ("KedroStreamKafkaLagGrowing", "KedroStreamQuarantineRateHigh")
+
+
+def test_shipped_alert_rules_pass_their_own_promtool_tests(generated_project, tmp_path):
+    """`promtool check rules` and `promtool test rules` on the project's
+    monitoring/alerts_test.yml (exact alerts, labels and annotations, at
+    given times, over given series), which covers every rule: each rule
+    made never to fire fails the tests, naming it."""
+    monitoring = generated_project / "monitoring"
+    checked = promtool("check", "rules", monitoring / "alerts.yml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 4 rules found" in checked.stdout
+    tested = promtool("test", "rules", monitoring / "alerts_test.yml")
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    rules = yaml.safe_load((monitoring / "alerts.yml").read_text())
+    assert [r["alert"] for r in rules["groups"][0]["rules"]] == list(ALERTS)
+    (tmp_path / "alerts_test.yml").write_text(
+        (monitoring / "alerts_test.yml").read_text()
+    )
+    for index, name in enumerate(ALERTS):
+        broken = yaml.safe_load((monitoring / "alerts.yml").read_text())
+        broken["groups"][0]["rules"][index]["expr"] = "vector(1) == 0"
+        (tmp_path / "alerts.yml").write_text(yaml.safe_dump(broken))
+        failed = promtool("test", "rules", tmp_path / "alerts_test.yml")
+        assert failed.returncode == 1, name
+        assert f"alertname: {name}," in failed.stdout + failed.stderr, name
 
 
 def test_each_alert_fires_when_its_condition_is_provoked_and_none_otherwise(  # noqa: PLR0917 (fixtures)
@@ -51,29 +60,46 @@ def test_each_alert_fires_when_its_condition_is_provoked_and_none_otherwise(  # 
     tmp_path,
 ):
     """A continuous `kedro run --env kafka --pipelines ingest` of real TLC
-    trips, scraped every second through five phases: healthy; one message in
-    ten bad; the broker frozen (SIGSTOP) for 15 s; messages sent three times
-    faster than the query may read them (maxOffsetsPerTrigger 200 at a
-    1-second trigger); healthy again."""
-    scraper, phases = run_through_phases(
-        fresh_project,
-        project_bin,
-        broker_log_on_failure,
-        project_tool("trips"),
-        plugin_tool("kafka"),
-    )
-    samples = scraper.samples(step=STRETCH)
-    rules = load_rules(fresh_project / "monitoring/alerts.yml")
-    last = (len(scraper.scrapes) - 1) * STRETCH
-    states = alert_states(rules, samples, 0.0, last, STRETCH)
+    trips, scraped every second by a real Prometheus through five phases:
+    healthy; one message in ten bad; the broker frozen (SIGSTOP) for 15 s;
+    messages sent three times faster than the query may read them
+    (maxOffsetsPerTrigger 200 at a 1-second trigger); healthy again. The
+    shipped rules, their minutes read as seconds (`scaled_rules`), fire
+    exactly the phase's alert; then, the run at rest, each dashboard panel's
+    queries give the run's own figures."""
+    port = free_port()
+    rules = scaled_rules(fresh_project / "monitoring/alerts.yml", tmp_path / "a.yml")
+    dashboard = json.loads((fresh_project / DASHBOARD).read_text())
+    with Prometheus(
+        tmp_path / "prometheus", port, rule_files=(rules,), lookback="5s"
+    ) as prometheus:
+        phases, panels = run_through_phases(
+            fresh_project,
+            project_bin,
+            broker_log_on_failure,
+            project_tool("trips"),
+            plugin_tool("kafka"),
+            port,
+            lambda: panels_at_rest(prometheus, fresh_project, dashboard),
+        )
+        start, end = phases["healthy"][0], phases["healthy again"][1]
+        alerts_seen = prometheus.samples("ALERTS", start, end + 2)
+        (scrapes,) = prometheus.samples("up", start - 2, end + 2).values()
+    # Each evaluation counts in the phase of the newest scrape it saw (as
+    # Prometheus, the rules run on their own clock, up to a second after).
+    scraped = sorted(at for at, _ in scrapes)
+    states = {
+        key: [(max(s for s in scraped if s <= at), v) for at, v in points]
+        for key, points in alerts_seen.items()
+    }
 
     def alerts(phase: str, state: str) -> set[tuple[str, str]]:
         begin, end = phases[phase]
         return {
-            (name, dict(labels)["query"])
-            for index in range(begin, end)
-            for name, labels, seen in states[index * STRETCH]
-            if seen == state
+            (labels["alertname"], labels["query"])
+            for labels, points in ((dict(k), v) for k, v in states.items())
+            if labels["alertstate"] == state
+            and any(begin <= at < end for at, _ in points)
         }
 
     firing = {phase: alerts(phase, "firing") for phase in phases}
@@ -87,60 +113,145 @@ def test_each_alert_fires_when_its_condition_is_provoked_and_none_otherwise(  # 
     }, (fresh_project / "monitored.log").read_text()[-3000:]
     assert alerts("healthy", "pending") == set()
 
-    # Each dashboard panel over the same series: all show data but the state
-    # rows of stateful queries, which the ingest pipeline has none of.
-    dashboard = json.loads((fresh_project / DASHBOARD).read_text())
-    panels = {
-        panel["title"]: [t["expr"].replace("$query", ".+") for t in panel["targets"]]
-        for panel in dashboard["panels"]
+    got, want = panels
+    assert got == want
+
+
+def panels_at_rest(prometheus: Prometheus, project: Path, dashboard: dict):
+    """Each dashboard panel's queries (``$query`` all of them), by Prometheus,
+    once the run has read every message and Prometheus has scraped its last
+    batch; and what the run's progress log says they give. Returns both as
+    ``{panel title: [result of each query]}``."""
+    deadline = time.monotonic() + 120
+    while True:  # every message read: the last batch's lag is 0, no batch since
+        records = progress_records(project, "data/kafka")
+        lags = [
+            lag
+            for source in records[-1]["sources"]
+            for partitions in (source["kafka_lag"] or {}).values()
+            for lag in partitions.values()
+        ]
+        if lags and not any(lags):
+            time.sleep(3)
+            if len(progress_records(project, "data/kafka")) == len(records):
+                break
+        assert time.monotonic() < deadline, records[-1]
+        time.sleep(1)
+    logged: dict[str, list[dict]] = {}
+    for record in records:
+        logged.setdefault(record["query"], []).append(record)
+    at = prometheus.wait_for(
+        "sum by (query) (kedro_stream_batches_total)",
+        {frozenset({("query", q)}): float(len(rs)) for q, rs in logged.items()},
+    )
+    first = min(unix_time(r["time"]) for r in records)
+    got, want = {}, {}
+    for panel in dashboard["panels"]:
+        exprs = [t["expr"].replace("$query", ".+") for t in panel["targets"]]
+        got[panel["title"]] = [prometheus.query(expr, at) for expr in exprs]
+        want[panel["title"]] = [
+            expected(expr, result, logged, prometheus.target)
+            for expr, result in zip(exprs, got[panel["title"]])
+        ]
+        if "expectation_records_total" in exprs[0]:
+            # Which rules grew in the last minute depends on when Prometheus
+            # scraped; which ever did over the run is known.
+            (expr,) = exprs
+            shown = prometheus.api(
+                "query_range", query=expr, start=first, end=at, step=1
+            )["result"]
+            got[panel["title"]] = [
+                {(s["metric"]["query"], s["metric"]["rule"]) for s in shown}
+            ]
+            want[panel["title"]] = [grown_rules(logged)]
+    return got, want
+
+
+def expected(expr: str, result: dict, logged: dict, target: str) -> dict:
+    """What ``expr`` gives at rest, from the progress log (``logged``: each
+    query's records); where that is not knowable exactly, ``result``'s values
+    under the labels the log gives."""
+    scrape = {("job", "kedro-streams"), ("instance", target)}
+    status = {("__name__", "kedro_stream_query_status"), *scrape}
+    since = {("__name__", "kedro_stream_seconds_since_last_batch"), *scrape}
+    lags = Counter()
+    for query, records in logged.items():
+        for source in records[-1]["sources"]:
+            for topic, partitions in (source["kafka_lag"] or {}).items():
+                lags[query, topic] += sum(partitions.values())
+    late = sum(r["late_state_rows_dropped"] for rs in logged.values() for r in rs)
+    stateless = all(rs[-1]["state_rows"] is None for rs in logged.values())
+    known = {
+        "kedro_stream_query_status": {
+            frozenset({("query", q), ("kedro_stream_query_status", "running")})
+            | status: 1.0
+            for q in logged
+        },
+        # The run's 1-second trigger.
+        "10 * kedro_stream_trigger_interval_seconds": {
+            frozenset({("query", q), *scrape}): 10.0 for q in logged
+        },
+        "sum by (query, topic) (kedro_stream_kafka_lag_messages": {
+            frozenset({("query", q), ("topic", t)}): float(lag)
+            for (q, t), lag in lags.items()
+        },
+        # The ingest pipeline's queries hold no state, so drop no late rows:
+        # their counters stayed at 0, whose rate is 0.
+        "kedro_stream_state_rows": {} if stateless else None,
+        "sum by (query) (rate(kedro_stream_late_state_rows_dropped_total": {
+            frozenset({("query", q)}): 0.0 for q in logged
+        }
+        if late == 0
+        else None,
     }
-    real_samples = scraper.samples()  # at their own times: panels are not alerts
-    empty = {
-        title
-        for title, queries in panels.items()
-        if not any(
-            evaluate(query, real_samples, at)
-            for query in queries
-            for at, _ in scraper.scrapes
-        )
+    for start, value in known.items():
+        if expr.startswith(start):
+            assert value is not None, f"not at rest: {expr}"
+            return value
+    # A rate, a quantile of batch durations, or the seconds since the last
+    # batch: each depends on when Prometheus scraped, so only its series are
+    # known (one per query, with these labels).
+    keep = since if expr.startswith("kedro_stream_seconds_since") else set()
+    return {
+        key: result.get(key)
+        for key in (frozenset({("query", q), *keep}) for q in logged)
     }
-    panel_queries = [query for queries in panels.values() for query in queries]
-    assert empty == {"State rows"}
 
-    first = min(series[0][0] for series in samples.values())
-    if find_promtool():  # Prometheus' own evaluation, of the same series
-        test_file = write_promtool_test(
-            fresh_project / "monitoring/alerts.yml",
-            samples,
-            STRETCH,
-            # From the first scrape with series (the endpoint serves before
-            # the queries start): promtool's time 0.
-            [at for at in range(0, int(last) + 1, int(STRETCH)) if at >= first],
-            tmp_path / "alerts_test.yml",
-            exprs=panel_queries,
+
+def grown_rules(logged: dict) -> set[tuple[str, str]]:
+    """The (query, rule) pairs the per-rule panel showed over the run: the
+    count of the rule grew between two scrapes, so a batch after the first
+    that counted it counted it too (Prometheus first sees a rule's series
+    with that first count in it)."""
+    grown = set()
+    for query, records in logged.items():
+        batches = Counter(
+            rule for r in records for rule, n in r["expectations"].items() if n
         )
-        result = run_promtool(test_file)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        grown |= {(query, rule) for rule, n in batches.items() if n > 1}
+    return grown
 
 
-def print_timeline(phases: dict[str, tuple[int, int]], states: dict) -> None:
-    """Each phase's scrapes, and at which ones the alerts changed (shown when
-    the test fails)."""
+def print_timeline(phases: dict[str, tuple[float, float]], states: dict) -> None:
+    """Each phase's alerts, and when (seconds into the phase) each was first
+    and last seen (shown when the test fails)."""
     for phase, (begin, end) in phases.items():
-        changes, before = [], None
-        for index in range(begin, end):
-            now = sorted({(name, seen) for name, _, seen in states[index * STRETCH]})
-            if now != before:
-                changes.append((index, now))
-                before = now
-        print(f"{phase}: scrapes {begin}-{end - 1}, alerts {changes}")
+        seen = {}
+        for key, points in states.items():
+            labels = dict(key)
+            times = [at - begin for at, _ in points if begin <= at < end]
+            if times:
+                name = (labels["alertname"], labels["alertstate"])
+                seen[name] = (round(min(times), 1), round(max(times), 1))
+        print(f"{phase}: {end - begin:.0f} s, alerts {sorted(seen.items())}")
 
 
-def run_through_phases(
-    project: Path, project_bin: Path, broker, trips_tool, kafka_tool
-) -> tuple[Scraper, dict[str, tuple[int, int]]]:
-    """Runs the phases, scraping; returns the scrapes and each phase's span
-    of scrape indices."""
+def run_through_phases(  # noqa: PLR0917
+    project: Path, project_bin: Path, broker, trips_tool, kafka_tool, port: int, at_end
+) -> tuple[dict[str, tuple[float, float]], object]:
+    """Runs the phases, the metrics endpoint on ``port``; returns each phase's
+    span (Unix times) and what ``at_end()`` returned after the last phase,
+    before the run is stopped."""
     servers = broker.bootstrap_servers
     topic, _ = point_at_broker(project, servers, chunk=200)
     kafka_tool.ensure_topic(servers, topic, 2)
@@ -159,7 +270,6 @@ def run_through_phases(
         )
         kafka_tool.send(messages, servers, topic, rate=rate, key=trips_tool.message_key)
 
-    port = free_port()
     log_path = project / "monitored.log"
     process = start_continuous_kafka_run(
         project_bin,
@@ -169,33 +279,34 @@ def run_through_phases(
         "ingest",
         params=f"metrics_port={port}",
     )
-    phases: dict[str, tuple[int, int]] = {}
+    phases: dict[str, tuple[float, float]] = {}
     try:
-        with Scraper(port) as scraper:
-            send(200, rate=100)
-            wait_for_rows_in_bronze(project, process, log_path)
-            begin = scraper.mark()
-            send(1000, rate=100)
-            phases["healthy"] = (begin, scraper.mark())
-            begin = scraper.mark()
-            send(1000, rate=100, bad_every=10)
-            send(600, rate=100)  # the quarantine share falls back under 5 %
-            phases["bad messages"] = (begin, scraper.mark())
-            begin = scraper.mark()
-            os.kill(broker.pid, signal.SIGSTOP)
-            try:
-                time.sleep(15)
-            finally:
-                os.kill(broker.pid, signal.SIGCONT)
-            time.sleep(3)
-            phases["broker frozen"] = (begin, scraper.mark())
-            begin = scraper.mark()
-            send(9000, rate=600)
-            time.sleep(5)  # the backlog drains: the lag shrinks
-            phases["lag growing"] = (begin, scraper.mark())
-            begin = scraper.mark()
-            send(600, rate=100)
-            phases["healthy again"] = (begin, scraper.mark())
+        send(200, rate=100)
+        wait_for_rows_in_bronze(project, process, log_path)
+        begin = time.time()
+        send(1000, rate=100)
+        phases["healthy"] = (begin, time.time())
+        begin = time.time()
+        send(1000, rate=100, bad_every=10)
+        send(600, rate=100)  # the quarantine share falls back under 5 %
+        phases["bad messages"] = (begin, time.time())
+        begin = time.time()
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            time.sleep(15)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        time.sleep(3)
+        phases["broker frozen"] = (begin, time.time())
+        begin = time.time()
+        send(9000, rate=600)
+        time.sleep(5)  # the backlog drains: the lag shrinks
+        phases["lag growing"] = (begin, time.time())
+        begin = time.time()
+        send(600, rate=100)
+        phases["healthy again"] = (begin, time.time())
+        assert process.poll() is None, log_path.read_text()[-5000:]
+        ended = at_end()
         assert process.poll() is None, log_path.read_text()[-5000:]
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0, log_path.read_text()[-5000:]
@@ -203,7 +314,7 @@ def run_through_phases(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
 
-    return scraper, phases
+    return phases, ended
 
 
 def wait_for_rows_in_bronze(project: Path, process, log_path: Path) -> None:

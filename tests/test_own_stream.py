@@ -21,17 +21,15 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
-from support import (
+from support.common import (
     AS_SHIPPED,
     PLUGIN_ROOT,
     PLUGIN_VERSION,
     STARTER_ROOT,
-    assert_tidy_home,
-    installed_from,
     quiet_env,
     run,
-    walkthrough_project,
 )
+from support.project import assert_tidy_home, installed_from, walkthrough_project
 
 NAME = "Sensor Lab"
 PACKAGE = "sensor_lab"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from support import PLUGIN_ROOT, run
+from support.common import PLUGIN_ROOT, run
 
 
 def test_plugin_passes_ruff_and_its_own_tests(project_bin):

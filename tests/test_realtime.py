@@ -17,27 +17,24 @@ from collections import Counter
 
 import yaml
 from kafka.admin import KafkaAdminClient, NewTopic
-from support import (
-    EVENT_HUBS_PASSWORD,
-    EVENT_HUBS_USER,
+from support.checkpoints import batch_ids
+from support.common import EVENT_HUBS_PASSWORD, EVENT_HUBS_USER, free_port, run, streams
+from support.kafka import (
     assert_each_message,
-    assert_serves_no_secret,
     bad_messages,
-    batch_ids,
-    bundled_lines,
-    crash,
-    files_holding,
-    free_port,
     point_at_broker,
-    progress_records,
     read_topics,
-    run,
-    secure_kafka,
     send_to_one_partition,
-    start_kedro,
-    streams,
-    user_caches,
     wait_for_offsets,
+)
+from support.metrics import progress_records
+from support.processes import crash, start_kedro
+from support.project import bundled_lines
+from support.security import (
+    assert_serves_no_secret,
+    files_holding,
+    secure_kafka,
+    user_caches,
 )
 
 # Spark's shortest: a checkpoint, and a progress record, every 5 s.

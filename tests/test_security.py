@@ -29,20 +29,20 @@ from kafka.admin import (
     ResourcePattern,
     ResourceType,
 )
-from support import (
+from support.common import (
     EVENT_HUBS_PASSWORD,
     EVENT_HUBS_USER,
     SASL_PASSWORD,
     SASL_USER,
-    java_trust_store,
 )
+from support.security import java_trust_store
 
 
 @pytest.fixture(scope="module")
 def security(plugin_tool):
-    """The plugin's `kedro_streaming.security`, from this repository's source."""
+    """The plugin's `kedro_streaming._connectors.kafka_security`, from this repository's source."""
     plugin_tool("kafka")  # puts the plugin's source on the path
-    return importlib.import_module("kedro_streaming.security")
+    return importlib.import_module("kedro_streaming._connectors.kafka_security")
 
 
 def test_each_connection_problem_is_named(security, broker, plugin_tool, tmp_path):  # noqa: PLR0914 (one case a line)

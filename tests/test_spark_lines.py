@@ -22,25 +22,18 @@ import sys
 import pytest
 import yaml
 from reference import example_settings, expected_outputs, message_batches, zone_boroughs
-from support import (
-    AS_SHIPPED,
-    OTHER_SPARK_VERSIONS,
-    STARTER_ROOT,
+from support.checkpoints import assert_one_commit_per_batch
+from support.common import AS_SHIPPED, STARTER_ROOT, kedro_run, run, streams
+from support.compare import assert_matches_reference, example_reference
+from support.kafka import (
     assert_each_message,
-    assert_matches_reference,
-    assert_one_commit_per_batch,
-    bundled_lines,
-    example_reference,
-    kedro_run,
-    make_line_project,
     point_at_broker,
-    run,
-    secure_kafka,
     send_to_one_partition,
-    start_kedro,
-    streams,
     wait_for_offsets,
 )
+from support.processes import start_kedro
+from support.project import OTHER_SPARK_VERSIONS, bundled_lines, make_line_project
+from support.security import secure_kafka
 
 # The whole topic in one micro-batch: the reference replays the same batch.
 ONE_BATCH = 10_000

@@ -17,7 +17,6 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
-from promql import alert_states, load_rules
 from reference import (
     RULES,
     csv_batch,
@@ -27,27 +26,28 @@ from reference import (
     json_landing_batches,
     zone_boroughs,
 )
-from support import (
+from support.common import (
     AS_SHIPPED,
     FILE_BY_FILE,
     PLUGIN_ROOT,
     PLUGIN_VERSION,
     SHARED_DATA,
     STARTER_ROOT,
-    Scraper,
-    assert_expectation_counts,
-    assert_matches_reference,
-    assert_tidy_home,
-    example_reference,
     free_port,
-    generate_project,
-    installed_from,
     kedro_run,
     quiet_env,
     run,
-    start_kedro,
     streams,
 )
+from support.compare import (
+    assert_expectation_counts,
+    assert_matches_reference,
+    example_reference,
+)
+from support.metrics import Scraper
+from support.processes import start_kedro
+from support.project import assert_tidy_home, generate_project, installed_from
+from support.prometheus import Prometheus
 
 
 def test_project_passes_ruff_and_its_own_tests(
@@ -462,9 +462,12 @@ BRONZE_FAILED = frozenset(
         ("kedro_stream_query_status", "failed"),
     }
 )
+BRONZE_RUNNING = BRONZE_FAILED - {("kedro_stream_query_status", "failed")} | {
+    ("kedro_stream_query_status", "running")
+}
 
 
-def test_failed_query_fails_the_run_with_its_name(fresh_project, project_bin):
+def test_failed_query_fails_the_run_with_its_name(fresh_project, project_bin, tmp_path):
     broken = fresh_project / "conf/broken"
     broken.mkdir()
     (broken / "catalog.yml").write_text(
@@ -483,11 +486,21 @@ bronze_trips:
     port = free_port()
     log_path = fresh_project / "broken.log"
     args = ["run", "--pipelines", "ingest", "--env", "broken", "--params"]
-    with Scraper(port, interval=0.5) as scraper:
+    rules = fresh_project / "monitoring/alerts.yml"
+    with (
+        Prometheus(
+            tmp_path / "prometheus", port, interval="500ms", rule_files=(rules,)
+        ) as prometheus,
+        Scraper(port, interval=0.5) as scraper,
+    ):
+        began = time.time()
         process = start_kedro(
             project_bin, fresh_project, [*args, f"metrics_port={port}"], log_path
         )
         returncode = process.wait(timeout=300)
+        ended = time.time()
+        statuses = prometheus.samples("kedro_stream_query_status", began, ended)
+        alerts = prometheus.samples("ALERTS", began, ended)
     output = log_path.read_text()
     assert returncode != 0
     assert "Streaming query 'bronze_trips' failed" in output
@@ -501,17 +514,18 @@ bronze_trips:
     ]
     # Served 15 s; the scrapes' times jitter, so the span seen is at least 14 s.
     assert failed[-1] - failed[0] >= 14
-    rules = load_rules(fresh_project / "monitoring/alerts.yml")
-    samples = scraper.samples()
-    states = alert_states(
-        rules, samples, scraper.scrapes[0][0], scraper.scrapes[-1][0], 0.5
-    )
-    firing = [
-        {(name, dict(labels)["query"]) for name, labels, state in alerts}
-        for _, alerts in sorted(states.items())
-    ]
-    assert firing[0] == set()  # running, before its first batch failed
-    assert firing[-1] == {("KedroStreamQueryFailed", "bronze_trips")}
+    # Prometheus, with the shipped rules: first the query running and no
+    # alert; then, from its first scrape of the failed status to its last,
+    # KedroStreamQueryFailed firing for bronze_trips, and no other alert.
+    scraped = {("job", "kedro-streams"), ("instance", prometheus.target)}
+    running = statuses[BRONZE_RUNNING | scraped]
+    failed_seen = [at for at, value in statuses[BRONZE_FAILED | scraped] if value]
+    evaluated = sorted({at for points in alerts.values() for at, _ in points})
+    assert running[0][1] == 1.0 and running[0][0] < evaluated[0]
+    assert {
+        (dict(k)["alertname"], dict(k)["query"], dict(k)["alertstate"]) for k in alerts
+    } == {("KedroStreamQueryFailed", "bronze_trips", "firing")}
+    assert failed_seen[0] <= evaluated[0] and evaluated[-1] >= failed_seen[-1]
 
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

@@ -16,21 +16,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from support import (
-    BOUNDED,
+from support.checkpoints import batch_ids, committed_files, read_table
+from support.common import BOUNDED, kedro_run, run, streams
+from support.compare import (
     assert_expectation_counts,
     assert_matches_reference,
     assert_progress_log,
-    batch_ids,
-    committed_files,
     example_reference,
-    kedro_run,
-    progress_records,
-    read_table,
-    run,
     split_bronze,
-    streams,
 )
+from support.metrics import progress_records
 
 # What follows Spark's words on an aggregation without a watermark in append mode.
 WATERMARK_FIX = (

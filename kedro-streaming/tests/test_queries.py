@@ -27,6 +27,7 @@ from kedro_streaming._connectors.delta import (
 from kedro_streaming._run import session
 from kedro_streaming._run.catalog import check_paths_reach_the_cluster
 from kedro_streaming._run.checks import run_trigger
+from kedro_streaming._run.console import run_console
 from kedro_streaming._run.metrics import StreamMetrics
 from kedro_streaming._run.progress import ProgressLog
 from kedro_streaming._run.realtime import (
@@ -48,6 +49,7 @@ from kedro_streaming._run.state import StreamState
 from kedro_streaming.devtools.processes import DEFAULT_PORTS, port_is_free
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
+from rich.logging import RichHandler
 
 DATASET = "kedro_streaming.SparkStreamingDataset"
 SOURCE = {
@@ -419,6 +421,91 @@ def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark):
         tuple(row) for row in spark.read.parquet(str(here / "second")).collect()
     )
     assert rows == [(1, 1, 1, 2), (2, 1, 1, 2)]
+
+
+@pytest.fixture
+def console(monkeypatch, capsys):
+    """The root logger with a rich handler, as Kedro's logging.yml sets it,
+    and stdout not a terminal (captured, as a file or a CI log): what a run
+    changes."""
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [*root.handlers, RichHandler()])
+    monkeypatch.setattr(sys, "excepthook", lambda *error: handed_on.append(error))
+    handed_on = []
+    return root, handed_on
+
+
+def test_creating_a_context_leaves_the_console_alone(console):
+    """`kedro viz`, `kedro catalog` or a notebook create a context too."""
+    root, _ = console
+    handlers, excepthook = list(root.handlers), sys.excepthook
+    streaming_hooks()
+    assert root.handlers == handlers and sys.excepthook is excepthook
+
+
+def test_a_run_changes_the_console_while_it_runs_and_puts_it_back(
+    spark, console, capsys
+):
+    root, _ = console
+    handlers, excepthook = list(root.handlers), sys.excepthook
+    here = Path.cwd()
+    (here / "in" / "0.json").write_text('{"id": 1}\n')
+    catalog = DataCatalog.from_config(
+        {
+            "in": {**SOURCE, "filepath": str(here / "in")},
+            "out": {
+                **sink("out"),
+                "filepath": str(here / "out"),
+                "save_args": {"checkpoint": str(here / "checkpoints/out")},
+            },
+        }
+    )
+    during = []
+
+    def copy(frame):
+        during.append((list(root.handlers), sys.excepthook))
+        return frame
+
+    nodes = pipeline([node(copy, "in", "out")])
+    hooks = streaming_hooks(metrics_port=0, trigger="available_now")
+    hooks.before_pipeline_run({}, nodes, catalog)
+    SequentialRunner().run(nodes, catalog, registered(hooks))
+    hooks.after_pipeline_run({})
+
+    assert root.handlers == handlers and sys.excepthook is excepthook
+    # While it ran (the dry run of its checks among it): one line per event.
+    run_handlers, run_excepthook = during[0]
+    assert not any(isinstance(each, RichHandler) for each in run_handlers)
+    assert run_excepthook is not excepthook
+    assert re.search(
+        r"^\S+ \S+ INFO kedro_streaming\.queries: Checked the streaming "
+        r"configuration in .+ 1 sources, 1 sinks\.$",
+        capsys.readouterr().out,
+        re.MULTILINE,
+    )
+
+
+def test_a_run_that_fails_its_checks_prints_the_error_in_one_line(console, capsys):
+    """Python prints the error once the run is over, at exit: the short form
+    is still in place then; any other error goes on to the hook before it."""
+    root, handed_on = console
+    handlers, excepthook = list(root.handlers), sys.excepthook
+    config, message = BAD_CONFIGURATIONS["sink without checkpoint"]
+    catalog = DataCatalog.from_config({"in": SOURCE, **config})
+    hooks = streaming_hooks()
+
+    with pytest.raises(StreamingConfigError) as error:
+        hooks.before_pipeline_run({}, pipeline([node(len, "in", "out")]), catalog)
+    assert root.handlers == handlers
+    sys.excepthook(StreamingConfigError, error.value, error.tb)
+    assert capsys.readouterr().err == f"StreamingConfigError: {error.value}\n"
+    assert message in str(error.value)
+    other = ValueError("not the run's")
+    sys.excepthook(ValueError, other, None)
+    assert handed_on == [(ValueError, other, None)]
+    # The next run that ends well puts the hook before them back.
+    run_console()(False)
+    assert sys.excepthook is excepthook
 
 
 def test_relative_paths_are_refused_when_spark_is_elsewhere():

@@ -15,12 +15,8 @@
 from __future__ import annotations
 
 import itertools
-import os
 
 import pytest
-
-# Tests that open a KedroSession send nothing anywhere.
-os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "true")
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,7 @@ from kedro.pipeline import Node, Pipeline, node
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructType
 
-from kedro_streaming._connectors.dataset import OUTPUT_MODES
+from kedro_streaming._connectors.sink_args import OUTPUT_MODES
 from kedro_streaming._nodes.expectations import EXPECTATIONS_METRIC
 from kedro_streaming._run.metrics import unix_time
 from kedro_streaming._run.progress import _metric_row, expectation_counts

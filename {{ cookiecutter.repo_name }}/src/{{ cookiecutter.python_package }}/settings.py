@@ -1,8 +1,15 @@
 """Project settings. https://docs.kedro.org/en/stable/kedro_project_setup/settings.html"""
 
+import warnings
+
 from omegaconf.resolvers import oc
 
 from {{ cookiecutter.python_package }}.hooks import HOOKS  # noqa: F401 (Kedro reads it here)
+
+# Kedro's config loader uses OmegaConf 2.4's deprecated resolver call: Kedro's to fix.
+warnings.filterwarnings(
+    "ignore", message=r"register_new_resolver\(\) is deprecated", category=UserWarning
+)
 
 # `oc.env` everywhere, not only in credentials: a cluster environment takes its
 # storage root and master URL from the deployment's variables. Secrets still

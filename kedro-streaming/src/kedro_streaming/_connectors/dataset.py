@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 from typing import Any
@@ -14,49 +13,38 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
-from pyspark.sql.utils import AnalysisException
 
 from kedro_streaming._connectors.avro import (
     AvroSchemas,
     decode_values,
 )
 from kedro_streaming._connectors.avro_option import AvroOption
-from kedro_streaming._connectors.delta import (
-    DELTA_FORMAT,
-    create_delta_table,
-    upsert_batches,
-)
 from kedro_streaming._connectors.entry_keys import (
-    _LOAD_KEYS,
-    _SAVE_KEYS,
-    _close_key,
     _redact,
     _secrets_in,
+    misspelt_args,
+    unknown_key_problems,
 )
 from kedro_streaming._connectors.files import (
-    APPEND_ONLY_FORMATS,
-    _is_local_file_sink,
-    _missing_local_folder,
+    file_source_problems,
 )
 from kedro_streaming._connectors.kafka import (
-    _NO_BOOTSTRAP,
-    _per_topic_problem,
     encode_values,
+    kafka_data_problems,
+    kafka_sink_problems,
+    kafka_source_problems,
 )
 from kedro_streaming._connectors.kafka_security import KafkaSecurity
-from kedro_streaming._run.session import spark_session
+from kedro_streaming._connectors.sink_args import SinkArgs
+from kedro_streaming._connectors.streams import (
+    SCHEMA_FREE_FORMATS,
+    read_stream,
+    start_query,
+)
 from kedro_streaming._run.sink_schemas import SELF_DESCRIBING_FORMATS
-from kedro_streaming._spark import with_trigger
 
-OUTPUT_MODES = ("append", "complete", "update")
-# Formats whose schema is fixed or carried by the data itself.
-SCHEMA_FREE_FORMATS = ("kafka", "rate", "text", "socket", "delta")
 # Every sink counts the rows it writes under this name, in the query's progress.
 ROWS_WRITTEN_METRIC = "rows_written"
-TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous", "realTime")
-# Spark's Real-Time Mode (Spark 4.1+): long-running tasks that stream each
-# record through; its trigger's interval is how often the query checkpoints.
-REAL_TIME = "realTime"
 
 
 class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
@@ -133,16 +121,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         self._schema = _schema_from_file(schema) if isinstance(schema, dict) else schema
 
         self._save_args = dict(save_args or {})
-        save = dict(self._save_args)
-        self._output_mode = save.pop("output_mode", "append")
-        self._checkpoint = save.pop("checkpoint", None)
-        self._partition_by = save.pop("partitionBy", None)
-        self._foreach_batch = save.pop("foreach_batch", None)
-        merge_on = save.pop("merge_on", None)
-        self._merge_on = [merge_on] if isinstance(merge_on, str) else merge_on
-        self._trigger: dict[str, Any] | None = save.pop("trigger", None)
-        self._query_name: str | None = save.pop("query_name", None)
-        self._writer_options = save
+        self._sink = SinkArgs.parse(self._save_args)
         self._query: StreamingQuery | None = None
         self._started_from: DataFrame | None = None
         self._avro = AvroOption(avro, self._load_args) if avro else None
@@ -155,7 +134,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
     @property
     def trigger(self) -> dict[str, Any] | None:
         """The trigger of ``save_args``, if any: ``start()`` may be given another."""
-        return self._trigger
+        return self._sink.trigger
 
     @property
     def load_options(self) -> dict[str, Any]:
@@ -165,12 +144,12 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
     @property
     def foreach_batch(self) -> str | None:
         """The ``foreach_batch`` function that writes each micro-batch, if any."""
-        return self._foreach_batch
+        return self._sink.foreach_batch
 
     @property
     def writer_options(self) -> dict[str, Any]:
         """The writer's options from ``save_args`` (credentials not included)."""
-        return dict(self._writer_options)
+        return dict(self._sink.writer_options)
 
     @property
     def credential_keys(self) -> list[str]:
@@ -180,17 +159,17 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
     @property
     def real_time(self) -> bool:
         """Whether its query runs in Real-Time Mode (a ``realTime`` trigger)."""
-        return isinstance(self._trigger, dict) and REAL_TIME in self._trigger
+        return self._sink.real_time
 
     @property
     def checkpoint(self) -> str | None:
         """Where the query that saves this dataset keeps its progress."""
-        return self._checkpoint
+        return self._sink.checkpoint
 
     @property
     def output_mode(self) -> str:
         """How the query writes: append, update or complete."""
-        return self._output_mode
+        return self._sink.output_mode
 
     @property
     def file_format(self) -> str:
@@ -205,28 +184,14 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
     @property
     def partition_by(self) -> str | list[str] | None:
         """The sink's ``partitionBy`` columns, if any."""
-        return self._partition_by
+        return self._sink.partition_by
 
     def key_problems(self) -> list[str]:
         """Names each key of the entry that it does not take, and each key of
         save_args or load_args that is not the plugin's but close to one of
         its keys (``checkpiont``): Spark would take it for an option and
         ignore it. Other unknown keys of those are Spark's to check."""
-        problems = []
-        for key in self._unknown_keys:
-            match = _close_key(key, _ENTRY_KEYS)
-            nested = _close_key(key, _SAVE_KEYS) or _close_key(key, _LOAD_KEYS)
-            if match:
-                fix = f"did you mean `{match}`?"
-            elif nested:
-                args = "save_args" if nested in _SAVE_KEYS else "load_args"
-                fix = f"did you mean `{args}: {{{nested}: ...}}`?"
-            else:
-                fix = "use " + ", ".join(_ENTRY_KEYS)
-            problems.append(
-                f"has `{key}`, which a SparkStreamingDataset entry does not take: {fix}"
-            )
-        return problems + [
+        return unknown_key_problems(self._unknown_keys, _ENTRY_KEYS) + [
             f"has `{key}` in its {args_name}: did you mean `{match}`?"
             for args_name, key, match in self._misspelt_args()
         ]
@@ -238,16 +203,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return {key for _, key, _ in self._misspelt_args()}
 
     def _misspelt_args(self) -> list[tuple[str, str, str]]:
-        """(load_args or save_args, a key of it, the plugin's key it misspells)."""
-        return [
-            (args_name, key, match)
-            for args_name, args, own in (
-                ("load_args", self._load_args, _LOAD_KEYS),
-                ("save_args", self._writer_options, _SAVE_KEYS),
-            )
-            for key in args
-            if (match := _close_key(key, own)) and key != match
-        ]
+        return misspelt_args(self._load_args, self._sink.writer_options)
 
     def sink_problems(self) -> list[str]:
         """Says what keeps this dataset from being saved, before any query starts.
@@ -257,89 +213,18 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         problems = self.key_problems()
         if problems:
             return problems
-        if not self._checkpoint:
-            problems.append(
-                "has no checkpoint: add `save_args: {checkpoint: data/checkpoints/<name>}`"
-                " so that a restart resumes where it stopped"
-            )
-        if self._output_mode not in OUTPUT_MODES:
-            problems.append(
-                f"has output_mode '{self._output_mode}': use one of {', '.join(OUTPUT_MODES)}"
-            )
-        elif (
-            self._file_format in (*APPEND_ONLY_FORMATS, DELTA_FORMAT)
-            and self._output_mode != "append"
-            and not self._foreach_batch
-            and not self._merge_on
-        ):
-            problems.append(
-                f"has output_mode '{self._output_mode}', which a {self._file_format} "
-                "sink does not support (it only appends): use append, with a "
-                "watermark before any aggregation, or a sink that can update "
-                "(kafka, foreach_batch, or delta with merge_on)"
-            )
-        if self._merge_on is not None and (
-            self._file_format != DELTA_FORMAT
-            or not self._path
-            or self._foreach_batch
-            or not self._merge_on
-            or not all(isinstance(key, str) for key in self._merge_on)
-        ):
-            problems.append(
-                "has merge_on, which upserts into a Delta table: give it "
-                "`file_format: delta`, a filepath, no foreach_batch, and the key "
-                "columns as a list, e.g. `merge_on: [window_start, pickup_borough]`"
-            )
-        if self._trigger is not None and (
-            not isinstance(self._trigger, dict)
-            or len(self._trigger) != 1
-            or next(iter(self._trigger)) not in TRIGGER_KINDS
-        ):
-            problems.append(
-                f"has trigger {self._trigger!r}: use one of "
-                + ", ".join(f"'{kind}: ...'" for kind in TRIGGER_KINDS)
-            )
-        if self.real_time and (
-            self._output_mode != "update"
-            or self._file_format != "kafka"
-            or self._foreach_batch
-        ):
-            problems.append(
-                "runs in Real-Time Mode (trigger realTime), which writes to Kafka "
-                "in output mode update only: set `file_format: kafka` and "
-                "`output_mode: update`, or give it a processingTime trigger"
-            )
-        if not self._file_format and not self._foreach_batch:
-            problems.append("has no file_format: set e.g. `file_format: parquet`")
+        problems = self._sink.problems(self._file_format, self._path)
         if self._file_format == "kafka":
-            options = {**self._writer_options, **self.kafka_options}
-            if not options.get("kafka.bootstrap.servers"):
-                problems.append(_NO_BOOTSTRAP.replace("ARGS", "save_args"))
-        return problems + _secrets_in(self._writer_options, "save_args")
+            problems += kafka_sink_problems(
+                {**self._sink.writer_options, **self.kafka_options}
+            )
+        return problems + _secrets_in(self._sink.writer_options, "save_args")
 
     def data_problems(self, data: DataFrame) -> list[str]:
         """Says what keeps this sink from writing ``data``, before its query starts."""
-        problems = []
-        if self._file_format == "kafka" and not self._foreach_batch:
-            if "value" not in data.columns:
-                problems.append(
-                    "writes to Kafka without a `value` column (its columns: "
-                    f"{', '.join(data.columns)}): select one, e.g. "
-                    '`F.to_json(F.struct("*")).alias("value")`, and a `key` if '
-                    "messages need one"
-                )
-            if self._writer_options.get("topic"):
-                return problems
-            if "topic" not in data.columns:
-                problems.append(
-                    "writes to Kafka without a topic: add `save_args: {topic: ...}`, "
-                    "or give each row its topic in a `topic` column"
-                )
-            elif "value" in data.columns:
-                value_type = data.schema["value"].dataType
-                if isinstance(value_type, StructType):  # a record per topic
-                    problems += filter(None, [_per_topic_problem(data, value_type)])
-        return problems
+        if self._file_format == "kafka" and not self._sink.foreach_batch:
+            return kafka_data_problems(data, self._sink.writer_options.get("topic"))
+        return []
 
     def source_problems(self) -> list[str]:
         """Says what keeps this dataset from being read, before any query starts.
@@ -352,29 +237,17 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             return problems
         problems = _secrets_in(self._load_args, "load_args")
         if self._file_format == "kafka":
-            options = {**self._load_args, **self.kafka_options}
-            if not options.get("kafka.bootstrap.servers"):
-                problems.append(_NO_BOOTSTRAP.replace("ARGS", "load_args"))
-            if not any(
-                options.get(key) for key in ("subscribe", "subscribePattern", "assign")
-            ):
-                problems.append(
-                    "reads Kafka without a topic: add `load_args: {subscribe: <topic>}`"
-                )
+            return problems + kafka_source_problems(
+                {**self._load_args, **self.kafka_options}
+            )
+        if self._file_format in ("rate", "socket"):
             return problems
-        missing = _missing_local_folder(self._path)
-        if missing and self._file_format not in ("rate", "socket"):
-            problems.append(missing)
-            return problems
-        if self._schema is None and self._file_format not in SCHEMA_FREE_FORMATS:
-            if not self._path or not _is_local_file_sink(self._path):
-                problems.append(
-                    f"reads {self._file_format} files from '{self._path}' without a "
-                    "schema: add `load_args: {schema: {filepath: <Spark JSON schema>}}` "
-                    "(or a DDL string). If the folder is a streaming sink, run the "
-                    "pipeline that writes it first (`kedro run --pipelines <name>`)"
-                )
-        return problems
+        return problems + file_source_problems(
+            self._file_format,
+            self._path,
+            has_schema=self._schema is not None
+            or self._file_format in SCHEMA_FREE_FORMATS,
+        )
 
     @property
     def kafka_client_config(self) -> dict[str, str]:
@@ -382,7 +255,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
 
         Secrets included: for connection checks, never for display.
         """
-        options = {**self._load_args, **self._writer_options, **self.kafka_options}
+        options = {**self._load_args, **self._sink.writer_options, **self.kafka_options}
         return {
             key.removeprefix("kafka."): str(value)
             for key, value in options.items()
@@ -396,7 +269,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return KafkaSecurity(
             {
                 key: value
-                for key, value in {**self._load_args, **self._writer_options}.items()
+                for key, value in {
+                    **self._load_args,
+                    **self._sink.writer_options,
+                }.items()
                 if key.startswith("kafka.")
             }
             | self._credentials
@@ -455,7 +331,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         """``data`` as the Kafka sink writes it (see ``kafka.encode_values``)."""
         if self._file_format != "kafka":
             return data
-        return encode_values(data, self._writer_options.get("topic"), self._avro)
+        return encode_values(data, self._sink.writer_options.get("topic"), self._avro)
 
     def _describe(self) -> dict[str, Any]:
         return {
@@ -481,70 +357,27 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         merged, so that a column added by a later run is read (null in older
         files); a sink this process writes is read with the schema it writes.
         """
-        spark = spark_session()
-        reader = spark.readStream.format(self._file_format).options(
-            **self._load_args, **self.kafka_options
-        )
         schema = schema or self._schema
-        if self._file_format == "delta":
-            schema = None  # a Delta table carries its own; Spark refuses another
-        try:
-            if (
-                schema is None
-                and self._path
-                and self._file_format not in SCHEMA_FREE_FORMATS
-            ):
-                # Read even when this process writes the sink: a folder
-                # without committed files has nothing to stream yet.
-                committed = self._committed_schema(spark)
-                schema = self._written_schema() or committed
-            if schema is not None:
-                reader = reader.schema(schema)
-            frame = reader.load(self._path) if self._path else reader.load()
-            if self._avro is not None:
-                frame = decode_values(frame, self.avro_schemas)
-                if self.avro_key_schemas is not None:
-                    frame = decode_values(
-                        frame, self.avro_key_schemas, "key", nulls=True
-                    )
-            return frame
-        except AnalysisException as exc:
-            message = str(exc)
-            if any(
-                cause in message
-                for cause in (
-                    "PATH_NOT_FOUND",
-                    "UNABLE_TO_INFER_SCHEMA",
-                    "DELTA_SCHEMA_NOT_SET",  # no table there yet
-                )
-            ):
-                or_schema = (
-                    ""
-                    if self._file_format == "delta"
-                    else ", or give the source a `schema` in its load_args"
-                )
-                raise DatasetError(
-                    f"There is nothing to stream from '{self._path}' yet: it holds no "
-                    f"{self._file_format} files. Run the pipeline that writes it "
-                    f"first{or_schema}."
-                ) from None
-            raise
-
-    def _committed_schema(self, spark) -> StructType:
-        reader = spark.read.format(self._file_format)
-        if self._file_format in SELF_DESCRIBING_FORMATS:
-            reader = reader.option("mergeSchema", "true")
-        return reader.load(self._path).schema
-
-    def _written_schema(self) -> StructType | None:
-        """The schema of what this dataset's query writes, when this process
-        started one: it holds every committed column (``check_sink_schema``
-        refuses any other), and those the query adds."""
-        if self._started_from is None or self._file_format not in (
+        if self._started_from is not None and self._file_format in (
             SELF_DESCRIBING_FORMATS
         ):
-            return None
-        return self._started_from.schema
+            # What this process's query writes holds every committed column
+            # (check_sink_schema refuses any other) and those it adds.
+            written = self._started_from.schema
+        else:
+            written = None
+        frame = read_stream(
+            self._file_format,
+            self._path,
+            {**self._load_args, **self.kafka_options},
+            schema,
+            written_schema=written,
+        )
+        if self._avro is not None:
+            frame = decode_values(frame, self.avro_schemas)
+            if self.avro_key_schemas is not None:
+                frame = decode_values(frame, self.avro_key_schemas, "key", nulls=True)
+        return frame
 
     def save(self, data: DataFrame) -> None:
         """Starts a streaming query that writes ``data``, unless one already does.
@@ -588,37 +421,16 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         observed = self.encode_values(data).observe(
             ROWS_WRITTEN_METRIC, F.count(F.lit(1)).alias("rows")
         )
-        writer = observed.writeStream.outputMode(self._output_mode).option(
-            "checkpointLocation", self._checkpoint
+        self._query = start_query(
+            observed,
+            self._sink,
+            self._file_format,
+            self._path,
+            {**self._sink.writer_options, **self.kafka_options},
+            trigger=trigger or self._sink.trigger,
+            query_name=query_name or self._sink.query_name,
+            upserted=data,
         )
-        if self._file_format == DELTA_FORMAT:
-            # Columns the query adds (checked before it starts: nothing else
-            # changes) join the table's schema.
-            writer = writer.option("mergeSchema", "true")
-        writer = writer.options(**self._writer_options, **self.kafka_options)
-        if self._file_format:
-            writer = writer.format(self._file_format)
-        query_name = query_name or self._query_name
-        if query_name:
-            writer = writer.queryName(query_name)
-        trigger = trigger or self._trigger
-        if trigger:
-            writer = with_trigger(writer, trigger)
-        if self._partition_by:
-            columns = self._partition_by
-            writer = writer.partitionBy(
-                *([columns] if isinstance(columns, str) else columns)
-            )
-        if self._foreach_batch:
-            writer = writer.foreachBatch(_import_function(self._foreach_batch))
-        if self._merge_on:
-            create_delta_table(data.sparkSession, self._path, data)
-            writer = writer.foreachBatch(
-                upsert_batches(self._path, self._merge_on, self._checkpoint)
-            )
-            self._query = writer.start()
-        else:
-            self._query = writer.start(self._path) if self._path else writer.start()
         self._started_from = data
         return self._query
 
@@ -651,14 +463,3 @@ _ENTRY_KEYS = tuple(
     ).parameters.items()
     if parameter.kind is inspect.Parameter.KEYWORD_ONLY
 )
-
-
-def _import_function(reference: str):
-    module_name, _, function_name = reference.partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as exc:
-        raise DatasetError(
-            f"foreach_batch '{reference}' does not name a function: write it as "
-            "'package.module:function'."
-        ) from exc

@@ -1,4 +1,5 @@
-"""TODO"""
+"""The keys of a catalog entry: the plugin's own, misspelt ones, and secrets
+(which belong in credentials and are never shown)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,42 @@ def _redact(options: dict[str, Any]) -> dict[str, Any]:
         if _is_secret(key):
             shown[key] = "***"
     return shown
+
+
+def unknown_key_problems(keys: list[str], entry_keys: tuple[str, ...]) -> list[str]:
+    """A problem for each key an entry does not take, naming the key meant."""
+    problems = []
+    for key in keys:
+        match = _close_key(key, entry_keys)
+        nested = _close_key(key, _SAVE_KEYS) or _close_key(key, _LOAD_KEYS)
+        if match:
+            fix = f"did you mean `{match}`?"
+        elif nested:
+            args = "save_args" if nested in _SAVE_KEYS else "load_args"
+            fix = f"did you mean `{args}: {{{nested}: ...}}`?"
+        else:
+            fix = "use " + ", ".join(entry_keys)
+        problems.append(
+            f"has `{key}`, which a SparkStreamingDataset entry does not take: {fix}"
+        )
+    return problems
+
+
+def misspelt_args(
+    load_args: dict[str, Any], writer_options: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    """(load_args or save_args, a key of it, the plugin's key it misspells).
+
+    Example:
+        >>> misspelt_args({}, {"checkpiont": "data/cp"})
+        [('save_args', 'checkpiont', 'checkpoint')]
+    """
+    return [
+        (args_name, key, match)
+        for args_name, args, own in (
+            ("load_args", load_args, _LOAD_KEYS),
+            ("save_args", writer_options, _SAVE_KEYS),
+        )
+        for key in args
+        if (match := _close_key(key, own)) and key != match
+    ]

@@ -114,6 +114,24 @@ def source_position(checkpoint: str | None) -> list[str]:
     return [line for line in lines[2:] if line.strip()]
 
 
+def file_source_problems(
+    file_format: str, path: str | None, *, has_schema: bool
+) -> list[str]:
+    """What keeps a file source from being read: a local folder that is not
+    there, or files without a schema that are not a sink's."""
+    missing = _missing_local_folder(path)
+    if missing:
+        return [missing]
+    if has_schema or (path and _is_local_file_sink(path)):
+        return []
+    return [
+        f"reads {file_format} files from '{path}' without a "
+        "schema: add `load_args: {schema: {filepath: <Spark JSON schema>}}` "
+        "(or a DDL string). If the folder is a streaming sink, run the "
+        "pipeline that writes it first (`kedro run --pipelines <name>`)"
+    ]
+
+
 def _is_local_file_sink(path: str) -> bool:
     """Whether ``path`` is a local folder written by a streaming file sink.
 

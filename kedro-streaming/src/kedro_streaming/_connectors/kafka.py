@@ -31,6 +31,50 @@ _NO_BOOTSTRAP = (
 )
 
 
+def kafka_sink_problems(options: dict[str, Any]) -> list[str]:
+    """What a Kafka sink's options (credentials' included) lack."""
+    if options.get("kafka.bootstrap.servers"):
+        return []
+    return [_NO_BOOTSTRAP.replace("ARGS", "save_args")]
+
+
+def kafka_source_problems(options: dict[str, Any]) -> list[str]:
+    """What a Kafka source's options (credentials' included) lack."""
+    problems = []
+    if not options.get("kafka.bootstrap.servers"):
+        problems.append(_NO_BOOTSTRAP.replace("ARGS", "load_args"))
+    if not any(options.get(key) for key in ("subscribe", "subscribePattern", "assign")):
+        problems.append(
+            "reads Kafka without a topic: add `load_args: {subscribe: <topic>}`"
+        )
+    return problems
+
+
+def kafka_data_problems(data: DataFrame, topic: str | None) -> list[str]:
+    """What keeps a Kafka sink from writing ``data``: a ``value`` column,
+    and a topic (save_args' or a ``topic`` column)."""
+    problems = []
+    if "value" not in data.columns:
+        problems.append(
+            "writes to Kafka without a `value` column (its columns: "
+            f"{', '.join(data.columns)}): select one, e.g. "
+            '`F.to_json(F.struct("*")).alias("value")`, and a `key` if '
+            "messages need one"
+        )
+    if topic:
+        return problems
+    if "topic" not in data.columns:
+        problems.append(
+            "writes to Kafka without a topic: add `save_args: {topic: ...}`, "
+            "or give each row its topic in a `topic` column"
+        )
+    elif "value" in data.columns:
+        value_type = data.schema["value"].dataType
+        if isinstance(value_type, StructType):  # a record per topic
+            problems += filter(None, [_per_topic_problem(data, value_type)])
+    return problems
+
+
 def _per_topic_problem(data: DataFrame, value_type: StructType) -> str | None:
     """Why ``value`` cannot be a record per topic, if it cannot."""
     if "topic" not in data.columns:

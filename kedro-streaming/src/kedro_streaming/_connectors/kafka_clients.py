@@ -20,6 +20,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kafka.admin import KafkaAdminClient
+from kafka.errors import (
+    KafkaError,
+)
+
+from kedro_streaming._connectors.kafka_security import (
+    KafkaSecurity,
+    client_failure,
+    connection_problem,
+    kafka_python_logs,
+)
 from kedro_streaming.errors import StreamingConfigError
 
 
@@ -78,8 +89,7 @@ def _client_arguments(
         StreamingConfigError: No broker is configured, a store does not load,
             or the brokers refuse the connection (the message says why).
     """
-    from kedro_streaming.devtools.config import project_config  # noqa: PLC0415 (Kedro's project)
-    from kedro_streaming.devtools.kafka import client_security  # noqa: PLC0415
+    from kedro_streaming._run.project import project_config  # noqa: PLC0415
 
     root = Path(project_path or Path.cwd())
     if dataset is not None:
@@ -101,8 +111,7 @@ def _client_arguments(
 def _dataset_config(env: str, name: str, root: Path) -> dict[str, Any]:
     """A catalog dataset's kafka-python settings, as its query connects."""
     from kedro_streaming._connectors.dataset import SparkStreamingDataset  # noqa: PLC0415 (imports PySpark)
-    from kedro_streaming.devtools.config import project_catalog  # noqa: PLC0415
-    from kedro_streaming.devtools.kafka import client_security  # noqa: PLC0415
+    from kedro_streaming._run.project import project_catalog  # noqa: PLC0415
 
     catalog = project_catalog(env, root)
     dataset = catalog.get(name) if name in catalog else None
@@ -130,3 +139,41 @@ def _dataset_config(env: str, name: str, root: Path) -> dict[str, Any]:
     except ValueError as error:
         raise StreamingConfigError(str(error)) from None
     return {"bootstrap_servers": servers, **security}
+
+
+def client_security(
+    credentials: dict[str, Any] | KafkaSecurity | None, servers: str | None = None
+) -> dict[str, Any]:
+    """kafka-python settings from a Kafka entry of credentials.yml, the same
+    the project's Kafka datasets take (:mod:`kedro_streaming._connectors.kafka_security`).
+
+    Given ``servers``, the connection is tried first: a certificate, store or
+    protocol that does not work is a ValueError naming the cause.
+    """
+    security = (
+        credentials
+        if isinstance(credentials, KafkaSecurity)
+        else KafkaSecurity(credentials)
+    )
+    try:
+        settings = security.kafka_python()
+    except StreamingConfigError as error:  # a store that does not load
+        raise ValueError(str(error)) from None
+    if servers:
+        # From the broker's own answers, at once: kafka-python would retry a
+        # refused login until its timeout.
+        try:
+            problem = connection_problem(servers, security)
+        except StreamingConfigError as error:
+            raise ValueError(str(error)) from None
+        if problem:
+            raise ValueError(f"the Kafka broker at {servers} {problem}")
+        with kafka_python_logs() as logged:
+            try:
+                KafkaAdminClient(
+                    bootstrap_servers=servers, bootstrap_timeout_ms=10_000, **settings
+                ).close()
+            except KafkaError as error:
+                failure = client_failure(servers, security, error, logged)
+                raise ValueError(f"the Kafka broker at {servers} {failure}") from None
+    return settings

@@ -48,6 +48,18 @@ def one_line_off_terminal() -> Callable[[], None]:
     return put_back
 
 
+def run_console() -> Callable[[bool], None]:
+    """Both, for a run, and what ends them: ``end(failed)``."""
+    put_back_handlers = one_line_off_terminal()
+    end_short_errors = short_config_errors()
+
+    def end(failed: bool) -> None:
+        put_back_handlers()
+        end_short_errors(failed)
+
+    return end
+
+
 class _ShortErrors:
     """``sys.excepthook`` while a run may end in one of its errors."""
 
@@ -56,7 +68,9 @@ class _ShortErrors:
         self.armed = True
 
     def __call__(self, kind, error, trace) -> None:
-        if self.armed and isinstance(error, StreamingConfigError | StreamingQueryFailed):
+        if self.armed and isinstance(
+            error, StreamingConfigError | StreamingQueryFailed
+        ):
             print(f"{kind.__name__}: {error}", file=sys.stderr)  # noqa: T201
             return
         self.previous(kind, error, trace)

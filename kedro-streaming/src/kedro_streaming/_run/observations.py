@@ -39,9 +39,7 @@ class SharedObservations:
                 continue
             # Counted once only where both queries read the same records: a
             # query whose checkpoint stands elsewhere reads others.
-            if source_position(checkpoint(name)) != source_position(
-                checkpoint(first)
-            ):
+            if source_position(checkpoint(name)) != source_position(checkpoint(first)):
                 logger.info(
                     "'%s' runs the same checks as %s, from another position in "
                     "their sources (its checkpoint is not at the same offsets): "

@@ -27,10 +27,8 @@ from kedro.pipeline import Node, Pipeline
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
-from kedro_streaming._connectors.dataset import (
-    SCHEMA_FREE_FORMATS,
-    SparkStreamingDataset,
-)
+from kedro_streaming._connectors.dataset import SparkStreamingDataset
+from kedro_streaming._connectors.streams import SCHEMA_FREE_FORMATS
 from kedro_streaming._run.realtime import real_time_plan_problem
 from kedro_streaming._run.sink_schemas import check_sink_schema
 from kedro_streaming._spark import headline, java_frame, jvm_of

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import click
 
-from kedro_streaming._connectors.schema_registry import SchemaRegistry, avro_reader
+from kedro_streaming import SchemaRegistry, StreamingConfigError, avro_reader
 from kedro_streaming.devtools import kafka
 from kedro_streaming.devtools.cli_base import ServiceCommand
 from kedro_streaming.devtools.config import project_config
 from kedro_streaming.devtools.processes import say
-from kedro_streaming.errors import StreamingConfigError
 
 
 def topic_options(command):

@@ -26,51 +26,8 @@ from kafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from kedro_streaming._connectors.kafka_security import (
-    KafkaSecurity,
-    client_failure,
-    connection_problem,
-    kafka_python_logs,
-)
+from kedro_streaming._connectors.kafka_clients import client_security  # noqa: F401 (its home)
 from kedro_streaming.errors import StreamingConfigError
-
-
-def client_security(
-    credentials: dict[str, Any] | KafkaSecurity | None, servers: str | None = None
-) -> dict[str, Any]:
-    """kafka-python settings from a Kafka entry of credentials.yml, the same
-    the project's Kafka datasets take (:mod:`kedro_streaming._connectors.kafka_security`).
-
-    Given ``servers``, the connection is tried first: a certificate, store or
-    protocol that does not work is a ValueError naming the cause.
-    """
-    security = (
-        credentials
-        if isinstance(credentials, KafkaSecurity)
-        else KafkaSecurity(credentials)
-    )
-    try:
-        settings = security.kafka_python()
-    except StreamingConfigError as error:  # a store that does not load
-        raise ValueError(str(error)) from None
-    if servers:
-        # From the broker's own answers, at once: kafka-python would retry a
-        # refused login until its timeout.
-        try:
-            problem = connection_problem(servers, security)
-        except StreamingConfigError as error:
-            raise ValueError(str(error)) from None
-        if problem:
-            raise ValueError(f"the Kafka broker at {servers} {problem}")
-        with kafka_python_logs() as logged:
-            try:
-                KafkaAdminClient(
-                    bootstrap_servers=servers, bootstrap_timeout_ms=10_000, **settings
-                ).close()
-            except KafkaError as error:
-                failure = client_failure(servers, security, error, logged)
-                raise ValueError(f"the Kafka broker at {servers} {failure}") from None
-    return settings
 
 
 def json_field(name: str) -> Callable[[str], bytes | None]:

@@ -1,0 +1,136 @@
+"""A streaming entry's reader and writer: ``spark.readStream`` over a source,
+and the query that writes a sink."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from kedro.io.core import DatasetError
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
+from pyspark.sql.utils import AnalysisException
+
+from kedro_streaming._connectors.delta import (
+    DELTA_FORMAT,
+    create_delta_table,
+    upsert_batches,
+)
+from kedro_streaming._connectors.sink_args import SinkArgs
+from kedro_streaming._run.session import spark_session
+from kedro_streaming._run.sink_schemas import SELF_DESCRIBING_FORMATS
+from kedro_streaming._spark import with_trigger
+
+# Formats whose schema is fixed or carried by the data itself.
+SCHEMA_FREE_FORMATS = ("kafka", "rate", "text", "socket", "delta")
+# Spark's causes for a source that holds nothing to stream yet.
+_NOTHING_YET = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA", "DELTA_SCHEMA_NOT_SET")
+
+
+def read_stream(
+    file_format: str,
+    path: str | None,
+    options: dict[str, Any],
+    schema: StructType | str | None,
+    *,
+    written_schema: StructType | None = None,
+) -> DataFrame:
+    """A streaming DataFrame over a source.
+
+    Without a ``schema``, a folder takes the schema of its committed files:
+    Spark's batch reader follows a file sink's ``_spark_metadata`` log,
+    whereas streaming inference would also open files of a batch still
+    being written. Parquet and ORC footers are merged, so that a column added
+    by a later run is read (null in older files); ``written_schema``, what
+    this process's own query writes there, wins over the committed one.
+    """
+    spark = spark_session()
+    reader = spark.readStream.format(file_format).options(**options)
+    if file_format == DELTA_FORMAT:
+        schema = None  # a Delta table carries its own; Spark refuses another
+    try:
+        if schema is None and path and file_format not in SCHEMA_FREE_FORMATS:
+            # Read even when this process writes the sink: a folder
+            # without committed files has nothing to stream yet.
+            batch = spark.read.format(file_format)
+            if file_format in SELF_DESCRIBING_FORMATS:
+                batch = batch.option("mergeSchema", "true")
+            committed = batch.load(path).schema
+            schema = written_schema or committed
+        if schema is not None:
+            reader = reader.schema(schema)
+        return reader.load(path) if path else reader.load()
+    except AnalysisException as exc:
+        if not any(cause in str(exc) for cause in _NOTHING_YET):
+            raise
+        or_schema = (
+            ""
+            if file_format == DELTA_FORMAT
+            else ", or give the source a `schema` in its load_args"
+        )
+        raise DatasetError(
+            f"There is nothing to stream from '{path}' yet: it holds no "
+            f"{file_format} files. Run the pipeline that writes it "
+            f"first{or_schema}."
+        ) from None
+
+
+def start_query(  # noqa: PLR0913 (a sink's parts)
+    data: DataFrame,
+    sink: SinkArgs,
+    file_format: str,
+    path: str | None,
+    options: dict[str, Any],
+    *,
+    trigger: dict[str, Any] | None,
+    query_name: str | None,
+    upserted: DataFrame,
+) -> StreamingQuery:
+    """Starts the query that writes ``data`` to a sink.
+
+    Args:
+        data: What the query writes (encoded, observed).
+        sink: The sink's ``save_args``.
+        options: The writer's options, credentials' included.
+        upserted: The node's DataFrame, whose schema a ``merge_on`` table takes.
+    """
+    writer = data.writeStream.outputMode(sink.output_mode).option(
+        "checkpointLocation", sink.checkpoint
+    )
+    if file_format == DELTA_FORMAT:
+        # Columns the query adds (checked before it starts: nothing else
+        # changes) join the table's schema.
+        writer = writer.option("mergeSchema", "true")
+    writer = writer.options(**options)
+    if file_format:
+        writer = writer.format(file_format)
+    if query_name:
+        writer = writer.queryName(query_name)
+    if trigger:
+        writer = with_trigger(writer, trigger)
+    if sink.partition_by:
+        columns = sink.partition_by
+        writer = writer.partitionBy(
+            *([columns] if isinstance(columns, str) else columns)
+        )
+    if sink.foreach_batch:
+        writer = writer.foreachBatch(_import_function(sink.foreach_batch))
+    if sink.merge_on:
+        create_delta_table(upserted.sparkSession, path, upserted)
+        writer = writer.foreachBatch(
+            upsert_batches(path, sink.merge_on, sink.checkpoint)
+        )
+        return writer.start()
+    return writer.start(path) if path else writer.start()
+
+
+def _import_function(reference: str):
+    module_name, _, function_name = reference.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise DatasetError(
+            f"foreach_batch '{reference}' does not name a function: write it as "
+            "'package.module:function'."
+        ) from exc

@@ -1,0 +1,283 @@
+"""A run's streaming queries once checked: each started with the run's
+trigger and its sink's name, a stream over a sink of the same run held back
+until that sink has history, all watched while they run, stopped cleanly on
+Ctrl-C or SIGTERM, and a failed one turned into a failed run."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from kedro.io import DataCatalog
+from kedro.io.core import DatasetError
+from kedro.pipeline import Pipeline
+from pyspark.errors import StreamingQueryException
+from pyspark.sql.streaming import StreamingQuery
+
+from kedro_streaming._connectors.dataset import SparkStreamingDataset
+from kedro_streaming._run.avro_replans import AvroReplans
+from kedro_streaming._run.describe import (
+    describe_sources,
+    describe_trigger,
+    kafka_topics,
+)
+from kedro_streaming._run.endpoint import POLL_SECONDS, serve_the_failure
+from kedro_streaming._run.metrics import StreamMetrics
+from kedro_streaming._run.observations import SharedObservations
+from kedro_streaming._run.progress import ProgressLog, describe_expectations
+from kedro_streaming._run.realtime import real_time_plan_problem
+from kedro_streaming._run.session import spark_session
+from kedro_streaming._run.state import StreamState
+from kedro_streaming._spark import headline
+from kedro_streaming.errors import StreamingConfigError, StreamingQueryFailed
+
+# The hooks' lines: projects' logging.yml may set this logger's level.
+logger = logging.getLogger("kedro_streaming.queries")
+
+
+class QuerySupervisor:
+    """Starts, watches and stops one run's streaming queries. Without a
+    catalog (no run checked yet) it has none to start."""
+
+    def __init__(
+        self,
+        catalog: DataCatalog | None = None,
+        pipeline: Pipeline | None = None,
+        *,
+        triggers: dict[str, dict[str, Any]] | None = None,
+        state: StreamState | None = None,
+        metrics: StreamMetrics | None = None,
+        serve_after_failure: float = 0.0,
+    ) -> None:
+        self._catalog = catalog
+        self._pipeline = pipeline
+        self._triggers = triggers or {}
+        self._state = state or StreamState.from_settings({})
+        self._metrics = metrics
+        self._serve_after_failure = serve_after_failure
+        self._progress = ProgressLog(self._state, metrics)
+        self._queries: dict[str, StreamingQuery] = {}
+        self._observations = SharedObservations()
+        self._replans = AvroReplans(catalog, pipeline)
+        self._signals = StopSignals()
+        self._failed = False
+        # What puts the nodes' own functions back (the dry run replays them).
+        self.put_back_nodes: Callable[[], None] = _nothing
+
+    def watch_signals(self) -> None:
+        self._signals.install()
+
+    def start(self, name: str, data: Any) -> None:
+        """Starts a sink's query, named after the sink, with the run's trigger."""
+        dataset = self._dataset(name)
+        if dataset is None or name not in self._triggers:
+            return
+        if dataset.real_time:
+            problem = real_time_plan_problem(data, spark_session().version)
+            if problem:
+                self.stop_all()
+                raise StreamingConfigError(f"'{name}': {problem}.")
+        self._observations.report_once(name, data, self._progress, self._checkpoint)
+        try:
+            query = dataset.start(data, trigger=self._triggers[name], query_name=name)
+        except (DatasetError, StreamingConfigError) as error:
+            self.stop_all()
+            raise StreamingConfigError(f"'{name}': {error}") from None
+        self._started(name, query)
+        self._state.heartbeat(list(self._queries), force=True)
+        logger.info(
+            "Started streaming query '%s' (id %s) from %s: %s.",
+            name,
+            self._queries[name].id,
+            describe_sources(self._catalog, self._pipeline, name),
+            describe_trigger(self._triggers[name]),
+        )
+
+    def _restart(self, name: str, frame: Any) -> None:
+        """Starts the query of sink ``name`` again, on a replanned ``frame``."""
+        dataset = self._dataset(name)
+        trigger = self._triggers[name]
+        self._started(name, dataset.start(frame, trigger=trigger, query_name=name))
+
+    def _started(self, name: str, query: StreamingQuery) -> None:
+        self._queries[name] = query
+        if self._metrics is not None:
+            self._metrics.started(name, query, self._triggers[name])
+
+    def hold_back(self, name: str) -> None:
+        """Holds back a stream over a sink this run writes until it has history."""
+        query = self._queries.get(name)
+        dataset = self._dataset(name)
+        if query is None or dataset is None:
+            return
+        bounded = "availableNow" in self._triggers[name]
+        # Bounded: all of it, so that the reader's batches are the same as in
+        # separate runs. Continuous: any committed history (a restart has some).
+        logger.info(
+            "Waiting for '%s' to %s before reading it as a stream.",
+            name,
+            "finish" if bounded else "have committed data",
+        )
+        self._wait(lambda: not query.isActive or (not bounded and dataset.exists()))
+
+    def run_to_the_end(self) -> None:
+        """Keeps the run alive while any query runs; fails if one fails."""
+        if self._queries:
+            logger.info(
+                "Streaming queries running: %s. Press Ctrl-C to stop.",
+                ", ".join(self._queries),
+            )
+        self._wait(lambda: not any(q.isActive for q in self._queries.values()))
+        self._update_progress()  # the last progress lines, then the totals
+        log_totals(self._progress, self._queries, self._triggers)
+
+    def end(self) -> None:
+        """The run's end, however it ends: the nodes, the signal handlers
+        and the endpoint as they were before it."""
+        self.put_back_nodes()
+        self.put_back_nodes = _nothing
+        self._state.stopped(list(self._queries))
+        if self._metrics is not None and self._failed:
+            serve_the_failure(
+                self._serve_after_failure, self._triggers, self._signals.requested
+            )
+        self._signals.restore()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+
+    def stop_all(self) -> None:
+        for name, query in self._queries.items():
+            if query.isActive:
+                logger.info("Stopping streaming query '%s'.", name)
+                query.stop()
+
+    def _update_progress(self) -> None:
+        for name, query in self._queries.items():
+            self._progress.update(name, query)
+            if self._metrics is not None and not query.isActive:
+                if query.exception() is None:  # else failed, set by `_wait`
+                    self._metrics.status(name, "stopped")
+
+    def _wait(self, done: Callable[[], bool]) -> None:
+        """Polls until ``done()``, a stop request or a failed query."""
+        while True:
+            self._update_progress()
+            self._state.heartbeat([n for n, q in self._queries.items() if q.isActive])
+            for name, query in list(self._queries.items()):
+                error = query.exception()
+                if error is not None and not self._replans.replanned(
+                    name, error, self._restart
+                ):
+                    self._fail(name, error)
+            if self._signals.requested():
+                self.stop_all()
+                return
+            if done():
+                return
+            # Blocks until a query ends or the poll interval passes, so that a
+            # bounded run goes on the moment its queries finish.
+            active = next((q for q in self._queries.values() if q.isActive), None)
+            if active is None:
+                time.sleep(POLL_SECONDS)
+                continue
+            try:
+                active.awaitTermination(POLL_SECONDS)
+            except StreamingQueryException:
+                pass  # reported by the loop, with the query's name
+
+    def _fail(self, name: str, error: Exception) -> None:
+        """Stops the other queries and fails the run with the query's reason."""
+        self._failed = True
+        if self._metrics is not None:
+            self._metrics.status(name, "failed")
+        self.stop_all()
+        topics = kafka_topics(self._catalog, self._pipeline, name, self._dataset(name))
+        raise StreamingQueryFailed(
+            f"Streaming query '{name}'{topics} failed: {headline(error)}\n"
+            "Its checkpoint is intact: fix the cause and run again to "
+            "resume from the last committed batch."
+        ) from error
+
+    def _checkpoint(self, name: str) -> str | None:
+        dataset = self._dataset(name)
+        return dataset.checkpoint if dataset is not None else None
+
+    def _dataset(self, name: str) -> SparkStreamingDataset | None:
+        if self._catalog is None or name not in self._catalog:
+            return None
+        dataset = self._catalog[name]
+        return dataset if isinstance(dataset, SparkStreamingDataset) else None
+
+
+class StopSignals:
+    """Ctrl-C and SIGTERM while a run's queries run: the first asks them to
+    stop, the second forces (``KeyboardInterrupt``)."""
+
+    def __init__(self) -> None:
+        self._requested = False
+        self._previous: dict[int, Any] = {}
+
+    def requested(self) -> bool:
+        return self._requested
+
+    def install(self) -> None:
+        def request_stop(signum, frame):
+            if self._requested:
+                raise KeyboardInterrupt
+            logger.info(
+                "Received %s: stopping streaming queries (repeat to force).",
+                signal.Signals(signum).name,
+            )
+            self._requested = True
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[signum] = signal.signal(signum, request_stop)
+            except ValueError:  # not the main thread: leave signals alone
+                return
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+
+def log_totals(
+    progress: ProgressLog,
+    queries: dict[str, StreamingQuery],
+    triggers: dict[str, dict[str, Any]],
+) -> None:
+    """One line of totals per query, after its last progress lines."""
+    for name in queries:
+        totals = progress.totals.get(name, Counter())
+        late = totals["late_state_rows_dropped"]
+        stateful = name in progress.stateful
+        logger.info(
+            "Query %s ended: %d batches, %d rows in, %d written, %d quarantined%s%s.",
+            name,
+            totals["batches"],
+            totals["input_rows"],
+            totals["rows_written"],
+            totals["quarantined"],
+            f", {late} late state rows dropped" if stateful else "",
+            describe_expectations(dict(progress.expectation_totals.get(name, {}))),
+        )
+        if "realTime" in triggers.get(name, {}):
+            # Its batch runs from one checkpoint to the next: what a stop
+            # cut short was read and written, but never reported.
+            logger.info(
+                "Query %s: in Real-Time Mode these totals count the batches "
+                "that reached a checkpoint; the records of the batch the stop "
+                "cut short are not in them (its sink has them; the next run "
+                "writes them again).",
+                name,
+            )
+
+
+def _nothing() -> None:
+    pass

@@ -1,0 +1,188 @@
+"""Names the tests share (paths, versions, logins, `--params`), and how they
+run commands: `run`, `kedro run`, `kedro streams`, free ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+STARTER_ROOT = Path(__file__).resolve().parents[2]
+
+
+SHARED_DATA = Path(
+    os.environ.get(
+        "STARTER_REFERENCE_DATA", STARTER_ROOT.parent / "shared" / "reference-data"
+    )
+)
+
+
+# kedro-streaming, the plugin every generated project installs: its source,
+# tests and docs; the repository's root is its distribution (pyproject.toml).
+PLUGIN_ROOT = STARTER_ROOT / "kedro-streaming"
+
+
+PLUGIN_SOURCE = PLUGIN_ROOT / "src"
+
+
+PLUGIN_VERSION = re.search(
+    r'__version__ = "([^"]+)"',
+    (PLUGIN_SOURCE / "kedro_streaming" / "__init__.py").read_text(),
+)[1]
+
+
+PROJECT_NAME = "Taxi Rides"
+
+
+# The Spark line the suite runs on: cookiecutter.json's default.
+SPARK_VERSION = json.loads((STARTER_ROOT / "cookiecutter.json").read_text())[
+    "spark_version"
+]
+
+
+PACKAGE = "taxi_rides"
+
+
+# The SASL user of the test broker (PLAIN and SCRAM-SHA-512); tests check the
+# password is never printed. Quotes, a backslash, a semicolon, a line break and
+# non-ASCII: a JAAS configuration built without escaping would break on them,
+# or take ` unsafe="1"` for an option of its own.
+SASL_USER = "taxi-app"
+
+
+SASL_PASSWORD = f'pw-{uuid.uuid4().hex}" unsafe="1\\;\nü'
+
+
+# Azure Event Hubs' login shape: this user name, a connection string for password.
+EVENT_HUBS_USER = "$ConnectionString"
+
+
+EVENT_HUBS_PASSWORD = (
+    "Endpoint=sb://local.servicebus.windows.net/;SharedAccessKeyName=send;"
+    f"SharedAccessKey={uuid.uuid4().hex}="
+)
+
+
+# Bounded, and one landing file (or bronze file) per micro-batch, as the
+# reference replays them: the watermark then advances file by file.
+FILE_BY_FILE = "max_bytes_per_trigger=1"
+
+
+BOUNDED = ["--params", f"trigger=available_now,{FILE_BY_FILE}"]
+
+
+# Bounded, as shipped: whatever has landed is one micro-batch.
+AS_SHIPPED = ["--params", "trigger=available_now"]
+
+
+# The characters of a rejected message's raw payload (realtime/nodes.py).
+RAW_PAYLOAD = 100_000
+
+
+CHUNK = 60  # maxOffsetsPerTrigger: the reference replays batches of this many messages
+
+
+def quiet_env(**extra: str | None) -> dict[str, str]:
+    """The environment of a command the tests run; an ``extra`` of None
+    removes that variable."""
+    # A wide console, so that Kedro's rich log lines (a progress line names
+    # every expectation that caught a record) are not wrapped.
+    env = {
+        **os.environ,
+        "KEDRO_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "1",
+        "COLUMNS": "4000",
+        # A run's endpoints on free ports, never the default ones (conftest.py):
+        # conf/base/streaming.yml reads these unless --params sets the port.
+        "KEDRO_STREAMS_METRICS_PORT": str(free_port()),
+        "KEDRO_STREAMS_SPARK_UI_PORT": str(free_port()),
+    }
+    env.pop("PYTHONPATH", None)
+    env.update(extra)
+    return {name: value for name, value in env.items() if value is not None}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def tool_service(tool: str, project: Path, project_bin: Path, data_dir: Path, *options):
+    """Runs `kedro streams <tool> start` (cluster, connect) on a free port.
+
+    Yields its address (the last word the command prints) and data folder;
+    stops it on exit.
+    """
+    command = [project_bin / "kedro", "streams", tool]
+    port = str(free_port())
+    started = run(
+        [*command, "start", "--data-dir", data_dir, "--port", port, *options],
+        cwd=project,
+        timeout=300,
+    )
+    try:
+        yield {"address": started.stdout.split()[-1], "data_dir": data_dir}
+    finally:
+        run([*command, "stop", "--data-dir", data_dir], cwd=project, check=False)
+
+
+def run(
+    command: list,
+    cwd: Path,
+    timeout: float = 600,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    **kwargs,
+) -> subprocess.CompletedProcess:
+    """Runs a command; unless ``check`` is false, fails the test when it fails.
+
+    The result also has ``seconds`` (wall time) and ``output`` (stdout + stderr).
+    """
+    started = time.monotonic()
+    result = subprocess.run(
+        command,
+        cwd=cwd,
+        env=quiet_env(**(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
+    result.seconds = time.monotonic() - started
+    result.output = result.stdout + result.stderr
+    if check and result.returncode != 0:
+        pytest.fail(
+            f"{' '.join(map(str, command))} exited {result.returncode} in {cwd}\n"
+            f"--- stdout ---\n{result.stdout[-8000:]}\n--- stderr ---\n{result.stderr[-8000:]}"
+        )
+    return result
+
+
+def kedro_run(
+    bin_dir: Path, project: Path, *args: str, params=BOUNDED, check: bool = True
+) -> subprocess.CompletedProcess:
+    return run(
+        [bin_dir / "kedro", "run", *args, *params],
+        cwd=project,
+        timeout=600,
+        check=check,
+    )
+
+
+def streams(
+    bin_dir: Path, project: Path, *args: str, check: bool = True
+) -> subprocess.CompletedProcess:
+    """`kedro streams <args>` in ``project``."""
+    return run([bin_dir / "kedro", "streams", *args], cwd=project, check=check)

@@ -1,0 +1,237 @@
+"""Projects made from the starter: `kedro new`, the walkthrough's project,
+virtualenvs, what a tidy project holds, prefetches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import venv
+from pathlib import Path
+
+import yaml
+
+from support.common import PLUGIN_SOURCE, PROJECT_NAME, SPARK_VERSION, STARTER_ROOT, run
+
+
+def generate_project(
+    workdir: Path, starter: Path = STARTER_ROOT, **config: str
+) -> Path:
+    """`kedro new --starter=<this repo> --config`, as a user scripts it.
+
+    Args:
+        workdir: Where the project folder is made.
+        starter: The starter's clone, this repository by default.
+        config: Further keys of the config file, e.g. ``spark_version``.
+    """
+    # A config file answers every prompt of prompts.yml.
+    config = {
+        "project_name": PROJECT_NAME,
+        "spark_version": SPARK_VERSION,
+        "example": "taxi",
+        "output_dir": str(workdir),
+        **config,
+    }
+    path = workdir / "config.yml"
+    path.write_text(yaml.safe_dump(config))
+    kedro_new = [sys.executable, "-m", "kedro", "new", "--starter", str(starter)]
+    run([*kedro_new, "--config", str(path), "--telemetry", "no"], cwd=workdir)
+    return workdir / config["project_name"].lower().replace(" ", "-")
+
+
+def generate_away(workdir: Path) -> Path:
+    """A project made from a clone of this repository which is then deleted,
+    and moved to another folder: what a teammate, a CI runner or a cluster's
+    driver has. Nothing of it can point at the clone any more."""
+    clone = workdir / "clone"
+    shutil.copytree(STARTER_ROOT, clone, ignore=_not_in_a_clone)
+    (workdir / "made").mkdir()
+    made = generate_project(workdir / "made", clone)
+    shutil.rmtree(clone)
+    moved = workdir / "moved" / made.name
+    shutil.move(made, moved)
+    return moved
+
+
+def _not_in_a_clone(folder: str, names: list[str]) -> list[str]:
+    """What a fresh clone does not have: virtualenvs, build output, caches."""
+    at_root = Path(folder) == STARTER_ROOT
+    return [
+        name
+        for name in names
+        if name in ("__pycache__", ".pytest_cache", ".ruff_cache")
+        or name.endswith(".egg-info")
+        or (at_root and (name in (".git", "build") or "venv" in name))
+    ]
+
+
+# In a docs page: a whole file (a fenced block whose first line names its
+# path), or a block of commands.
+PAGE_BLOCK = re.compile(
+    r"```(?:(?:python|yaml)\n# (?P<path>\S+)\n(?P<body>.*?)|bash\n(?P<commands>.*?))```",
+    re.DOTALL,
+)
+
+
+def walkthrough_project(made: Path, workdir: Path, servers: str, commands=None) -> Path:
+    """A copy of a project made with `example: none`, with the files of its
+    docs/your-own-stream.md written and, if ``commands`` is given, each
+    block of commands handed to it, in the page's order: a command that the
+    page shows before the file it needs fails as the reader's would. The
+    broker is at ``servers``."""
+    project = workdir / made.name
+    shutil.copytree(made, project)
+    page = (project / "docs/your-own-stream.md").read_text()
+    for block in PAGE_BLOCK.finditer(page):
+        if block["commands"] is not None:
+            if commands is not None:
+                commands(block["commands"])
+            continue
+        target = project / block["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        body = block["body"]
+        if block["path"] == "conf/kafka/globals.yml":
+            body = body.replace("localhost:9092", servers)
+        target.write_text(f"# {block['path']}\n{body}")
+    return project
+
+
+def assert_tidy_home(project: Path, project_bin: Path) -> None:
+    """ruff-clean, no template left, and a README that is a home page: short,
+    its examples tests of the project's, every link of it and docs/ alive."""
+    for path in project.rglob("*"):
+        assert "cookiecutter" not in path.name
+        if path.suffix in {".py", ".yml", ".toml", ".md", ".txt"}:
+            assert "cookiecutter." not in path.read_text(), path
+    run([project_bin / "ruff", "format", "--check", "."], cwd=project)
+    run([project_bin / "ruff", "check", "."], cwd=project)
+    readme = (project / "README.md").read_text()
+    assert len(readme.splitlines()) < 250
+    tests = "".join(path.read_text() for path in project.glob("tests/**/test_*.py"))
+    examples = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+    assert examples and all(example in tests for example in examples)
+    for page in [project / "README.md", *project.glob("docs/*.md")]:
+        for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text()):
+            assert (page.parent / target).exists(), (page.name, target)
+
+
+def make_line_project(workdir: Path, version: str) -> tuple[Path, Path]:
+    """A project made for Spark ``version``, in a virtualenv of its own."""
+    project = generate_project(workdir, spark_version=version)
+    if "pyspark" in PREFETCHES:  # its wheel, built meanwhile, is in pip's cache
+        PREFETCHES["pyspark"].join()
+    return project, install_project(project, workdir / "venv")
+
+
+def start_prefetches(cache: Path) -> None:
+    """Fetches in the background what later tests download, while the first
+    ones run: the schema registry's application (Maven) and the other Spark
+    lines' PySpark, built into pip's wheel cache. Each is safe to fetch
+    twice at once (the registry's download takes a file lock), and the tests
+    that need them wait for them."""
+
+    def registry() -> None:
+        sys.path.insert(0, str(PLUGIN_SOURCE))
+        module = __import__("kedro_streaming.devtools.registry", fromlist=["_"])
+        with contextlib.suppress(Exception):  # the fixture fetches it then
+            module.resolve_registry()
+
+    def pyspark() -> None:
+        for version in OTHER_SPARK_VERSIONS:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
+                + ["-w", str(cache), f"pyspark=={version}"],
+                check=False,
+                capture_output=True,
+            )
+
+    for name, fetch in (("registry", registry), ("pyspark", pyspark)):
+        PREFETCHES[name] = threading.Thread(target=fetch, daemon=True)
+        PREFETCHES[name].start()
+
+
+PREFETCHES: dict[str, threading.Thread] = {}
+
+
+# The other Spark lines tests/test_spark_lines.py runs (comma-separated).
+OTHER_SPARK_VERSIONS = [
+    version
+    for version in os.environ.get("STARTER_OTHER_SPARK_VERSIONS", "4.0.0").split(",")
+    if version
+]
+
+
+def install_project(project: Path, env_dir: Path) -> Path:
+    """A fresh virtualenv with ``project`` installed, as its README says (the
+    dev and connect extras too); returns its bin/ folder."""
+    venv.create(env_dir, with_pip=True)
+    bin_dir = env_dir / "bin"
+    # Editable, so `python -m <package>.<command>` works; the copies the tests
+    # run in hold the same code and read their own conf/ and data/. One pip
+    # run: one resolve.
+    run(
+        [
+            bin_dir / "python",
+            *("-m", "pip", "install", "-q", "--disable-pip-version-check"),
+            *("-r", "requirements.txt", "-e", ".[dev,connect]"),
+        ],
+        cwd=project,
+        timeout=1500,
+    )
+    return bin_dir
+
+
+def installed_from(bin_dir: Path, package: str) -> dict:
+    """Where pip installed ``package`` in the virtualenv from (PEP 610)."""
+    found = run(
+        [
+            bin_dir / "python",
+            "-c",
+            "import importlib.metadata as m, sys;"
+            f"print(m.distribution('{package}').read_text('direct_url.json'))",
+        ],
+        cwd=bin_dir,
+    )
+    return json.loads(found.stdout)
+
+
+def combine_environments(project: Path, name: str, *envs: str) -> None:
+    """Makes conf/<name> from several environments, file by file, the later
+    winning key by key: as a user combines Kafka sources with Delta tables."""
+    target = project / "conf" / name
+    target.mkdir()
+    files = {
+        path.name for env in envs for path in (project / "conf" / env).glob("*.yml")
+    }
+    for file_name in sorted(files):
+        merged: dict = {}
+        for env in envs:
+            path = project / "conf" / env / file_name
+            if path.exists():
+                merged = _merge(merged, yaml.safe_load(path.read_text()) or {})
+        (target / file_name).write_text(yaml.safe_dump(merged, sort_keys=False))
+
+
+def _merge(base: dict, override: dict) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        both_mappings = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merge(merged[key], value) if both_mappings else value
+    return merged
+
+
+def bundled_lines(project: Path) -> list[str]:
+    """The non-blank lines of the example's landing files, in name order."""
+    landing = sorted((project / "data/01_raw/trips_landing").glob("*.json"))
+    return [
+        line
+        for path in landing
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
