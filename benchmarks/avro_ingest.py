@@ -108,7 +108,7 @@ FRAMER = """
 import sys
 from pathlib import Path
 sys.path.insert(0, ".")
-from kedro_streaming._connectors.schema_registry import SchemaRegistry, avro_framer
+from kedro_streaming import SchemaRegistry, avro_framer
 from tools import trips
 url, subject, source, target = sys.argv[1:5]
 frame = avro_framer(SchemaRegistry(url), subject, trips.trip_avro_schema(1))

@@ -38,7 +38,7 @@ def plugin_requirement(template: str, repo_dir: str, checkout: str) -> str:
                 text=True,
                 check=True,
             ).stdout.strip()
-        return f"kedro-streaming @ {url}@{ref}"
+        return f"kedro-streaming[dev] @ {url}@{ref}"
     # The hook runs in the new project's folder: a relative starter path is
     # relative to where `kedro new` was typed, which the shell keeps in PWD.
     return vendor_plugin(Path(os.environ.get("PWD", "."), repo_dir).resolve())
@@ -77,7 +77,7 @@ def vendor_plugin(starter: Path) -> str:
         )
     wheel = next(Path(WHEELS).glob("kedro_streaming-*.whl"))
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    return f"./{WHEELS}/{wheel.name}  # sha256:{digest}"
+    return f"./{WHEELS}/{wheel.name}[dev]  # sha256:{digest}"
 
 
 def build_isolation(starter: Path) -> list[str]:

@@ -149,9 +149,7 @@ def test_avro_trips_across_a_schema_version_registered_mid_stream(  # noqa: PLR0
     every table and progress record equals the reference's over the same
     micro-batches; no trip is quarantined for its encoding."""
     trips = project_tool("trips")
-    registry_module = importlib.import_module(
-        "kedro_streaming._connectors.schema_registry"
-    )
+    registry_module = importlib.import_module("kedro_streaming")
     plugin_tool("kafka")  # the plugin's source on the path
     project = tmp_path / "avro"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
@@ -255,9 +253,7 @@ def test_a_send_whose_schema_its_subject_refuses_sends_nothing(  # noqa: PLR0917
     before it sends anything, quoting the registry, naming the subject and
     the ways out."""
     trips = project_tool("trips")
-    registry_module = importlib.import_module(
-        "kedro_streaming._connectors.schema_registry"
-    )
+    registry_module = importlib.import_module("kedro_streaming")
     url = schema_registry["url"]
     registry = registry_module.SchemaRegistry(url)
     assert global_compatibility(url) == "BACKWARD"  # Apicurio's own: NONE
@@ -301,9 +297,7 @@ def test_a_registry_that_says_not_now_is_asked_again(
     """Through a gateway that limits the rate (HTTP 429), every schema of a
     subject is read whole, each refused request sent again; with retries
     off, the refusal names the status, without the gateway's HTML page."""
-    registry_module = importlib.import_module(
-        "kedro_streaming._connectors.schema_registry"
-    )
+    registry_module = importlib.import_module("kedro_streaming")
     errors = importlib.import_module("kedro_streaming.errors")
     direct = registry_module.SchemaRegistry(schema_registry["url"])
     subject = f"rate-limited-{time.time_ns()}-value"
@@ -367,9 +361,7 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
     then goes out as Avro, and a schema change its subject refuses stops the
     next run before it starts."""
     trips = project_tool("trips")
-    registry_module = importlib.import_module(
-        "kedro_streaming._connectors.schema_registry"
-    )
+    registry_module = importlib.import_module("kedro_streaming")
     project = tmp_path / "bad-frames"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
     servers = broker.bootstrap_servers
@@ -589,9 +581,7 @@ def test_each_avro_mistake_is_named(
     subject that is not there, several topics without a subject: each named
     with its fix, the registry's address never with a password."""
     trips = project_tool("trips")
-    registry_module = importlib.import_module(
-        "kedro_streaming._connectors.schema_registry"
-    )
+    registry_module = importlib.import_module("kedro_streaming")
     url, topic = schema_registry["url"], f"mistakes-{time.monotonic_ns()}"
     registry = registry_module.SchemaRegistry(url)
     registry.register(f"{topic}-value", trips.trip_avro_schema(1))
@@ -634,9 +624,7 @@ def test_realtime_mode_reads_and_writes_avro(  # noqa: PLR0912, PLR0914, PLR0915
     its verdict, in Avro under that topic's own subject, with the reason,
     fields and zones the reference gives it."""
     trips = project_tool("trips")
-    registry_module = importlib.import_module(
-        "kedro_streaming._connectors.schema_registry"
-    )
+    registry_module = importlib.import_module("kedro_streaming")
     plugin_tool("kafka")
     project = tmp_path / "realtime-avro"
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)

@@ -531,9 +531,7 @@ def test_watch_decodes_avro_and_the_helper_uses_the_pipelines_credentials(  # no
     registry as one JSON line, and names each message that does not decode
     on stderr, with its offset and reason."""
     plugin_tool("kafka")  # the plugin's source on the path
-    registry_module = importlib.import_module(
-        "kedro_streaming._connectors.schema_registry"
-    )
+    registry_module = importlib.import_module("kedro_streaming")
     servers = secure_kafka(monkeypatch, broker, "SASL_SSL", mechanism="SCRAM-SHA-512")
     topic, _ = point_at_broker(fresh_project, servers)
     url = schema_registry["url"]

@@ -15,6 +15,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -40,9 +41,13 @@ from support.security import java_trust_store
 
 @pytest.fixture(scope="module")
 def security(plugin_tool):
-    """The plugin's `kedro_streaming._connectors.kafka_security`, from this repository's source."""
+    """The plugin's Kafka security and probes (private modules), from this
+    repository's source."""
     plugin_tool("kafka")  # puts the plugin's source on the path
-    return importlib.import_module("kedro_streaming._connectors.kafka_security")
+    return SimpleNamespace(
+        **vars(importlib.import_module("kedro_streaming._connectors.kafka_security")),
+        **vars(importlib.import_module("kedro_streaming._connectors.kafka_probes")),
+    )
 
 
 def test_each_connection_problem_is_named(security, broker, plugin_tool, tmp_path):  # noqa: PLR0914 (one case a line)

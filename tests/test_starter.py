@@ -61,7 +61,7 @@ def test_project_passes_ruff_and_its_own_tests(
     wheel = f"kedro_streaming-{PLUGIN_VERSION}-py3-none-any.whl"
     digest = hashlib.sha256((project / "wheels" / wheel).read_bytes()).hexdigest()
     requirements = (project / "requirements.txt").read_text()
-    assert f"\n./wheels/{wheel}  # sha256:{digest}\n" in requirements
+    assert f"\n./wheels/{wheel}[dev]  # sha256:{digest}\n" in requirements
     assert "file:" not in requirements
     if not os.environ.get("STARTER_PROJECT_VENV"):  # that one holds a rebuilt plugin
         assert installed_from(project_bin, "kedro_streaming") == {
@@ -366,7 +366,7 @@ def test_kedro_new_from_git_url_interactively(tmp_path):
         for line in (project / "requirements.txt").read_text().splitlines()
         if line.startswith("kedro-streaming")
     )
-    assert requirement == (f"kedro-streaming @ git+file://{repo}@{head}")
+    assert requirement == (f"kedro-streaming[dev] @ git+file://{repo}@{head}")
     wheels = tmp_path / "wheels"
     run(
         [

@@ -24,26 +24,28 @@ from kedro_streaming import (
 from kedro_streaming._connectors.delta import (
     check_delta_package,
 )
-from kedro_streaming._run import session
+from kedro_streaming._run import jvm, packages
 from kedro_streaming._run.catalog import check_paths_reach_the_cluster
 from kedro_streaming._run.checks import run_trigger
 from kedro_streaming._run.console import run_console
+from kedro_streaming._run.jvm import (
+    _claim_recording,
+    _prune_class_archives,
+    _record_installation,
+    class_archive,
+)
 from kedro_streaming._run.metrics import StreamMetrics
+from kedro_streaming._run.packages import (
+    check_kafka_connector,
+    remember_resolution,
+    without_resolution,
+)
 from kedro_streaming._run.progress import ProgressLog
 from kedro_streaming._run.realtime import (
     check_real_time,
     check_real_time_intervals,
     check_real_time_task_slots,
     real_time_plan_problem,
-)
-from kedro_streaming._run.session import (
-    _claim_recording,
-    _prune_class_archives,
-    _record_installation,
-    check_kafka_connector,
-    class_archive,
-    remember_resolution,
-    without_resolution,
 )
 from kedro_streaming._run.state import StreamState
 from kedro_streaming.devtools.processes import DEFAULT_PORTS, port_is_free
@@ -686,7 +688,7 @@ def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
 def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypatch):
     """The same packages skip Ivy while every jar they resolved to is there;
     other packages, a version that moves or a deleted jar resolve again."""
-    monkeypatch.setattr(session, "RESOLVED_PACKAGES", tmp_path / "resolved")
+    monkeypatch.setattr(packages, "RESOLVED_PACKAGES", tmp_path / "resolved")
     jars = [tmp_path / "connector.jar", tmp_path / "clients.jar"]
     for jar in jars:
         jar.write_bytes(b"")
@@ -708,7 +710,7 @@ def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypat
 
     # Where nothing can be written, every start resolves, and none fails.
     (tmp_path / "a-file").write_bytes(b"")
-    monkeypatch.setattr(session, "RESOLVED_PACKAGES", tmp_path / "a-file/resolved")
+    monkeypatch.setattr(packages, "RESOLVED_PACKAGES", tmp_path / "a-file/resolved")
     remember_resolution(conf, jars[0].as_uri())
     assert without_resolution(conf) is conf
 
@@ -767,7 +769,7 @@ def test_spark_classes_archived_at_one_start_are_mapped_by_the_next(tmp_path):
 def test_one_process_at_a_time_records_the_class_archive(tmp_path, monkeypatch):
     """While a running process records the archive, others start without;
     the claim of a process that ended without archiving is taken over."""
-    monkeypatch.setattr(session, "CLASS_ARCHIVES", tmp_path)
+    monkeypatch.setattr(jvm, "CLASS_ARCHIVES", tmp_path)
     archive = class_archive({})
     assert archive.parent == tmp_path
     assert class_archive({"spark.driver.extraJavaOptions": "-Xshare:off"}) is None

@@ -7,9 +7,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 WHEEL = re.compile(
-    r"\./(wheels/kedro_streaming-[^-\s]+-py3-none-any\.whl)  # sha256:(\w+)"
+    r"\./(wheels/kedro_streaming-[^-\s]+-py3-none-any\.whl)(?:\[dev\])?  # sha256:(\w+)"
 )
-GIT = re.compile(r"kedro-streaming @ git\+\S+@\S+")
+GIT = re.compile(r"kedro-streaming(?:\[dev\])? @ git\+\S+@\S+")
 
 
 def test_kedro_streaming_is_pinned_by_version_and_hash():

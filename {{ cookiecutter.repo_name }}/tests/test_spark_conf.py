@@ -5,8 +5,12 @@ from pathlib import Path
 
 import pyspark
 import yaml
-from kedro_streaming.delta import check_delta_package, delta_package_for
-from kedro_streaming.session import check_kafka_connector, local_scala_version
+from kedro_streaming import (
+    check_delta_package,
+    check_kafka_connector,
+    delta_package_for,
+    local_scala_version,
+)
 
 
 def test_delta_state_is_rebuilt_in_as_few_tasks_as_shuffles():

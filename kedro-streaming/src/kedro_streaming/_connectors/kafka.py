@@ -14,10 +14,7 @@ from kedro_streaming._connectors.avro import encode_value, value_schema
 from kedro_streaming._connectors.avro_option import AvroOption
 from kedro_streaming._connectors.base import Entry
 from kedro_streaming._connectors.kafka_checks import offsets_reader
-from kedro_streaming._connectors.kafka_security import (
-    client_failure,
-    kafka_python_logs,
-)
+from kedro_streaming._connectors.kafka_probes import client_failure, kafka_python_logs
 from kedro_streaming.errors import StreamingConfigError
 
 

@@ -1,4 +1,6 @@
-"""TODO"""
+"""Kafka checked before any query starts: each client reaches the brokers and
+is let in, each topic exists, a new checkpoint does not skip what a topic
+holds; and the ``Kafka`` connector that runs these checks."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pyspark.sql.utils import is_remote
 
 from kedro_streaming._connectors.base import Connector, Entry, RunEntries
 from kedro_streaming._connectors.files import has_progress
-from kedro_streaming._connectors.kafka_security import (
+from kedro_streaming._connectors.kafka_probes import (
     connection_problem,
     forbidden_topics,
     kafka_python_logs,

@@ -25,12 +25,12 @@ from kafka.errors import (
     KafkaError,
 )
 
-from kedro_streaming._connectors.kafka_security import (
-    KafkaSecurity,
+from kedro_streaming._connectors.kafka_probes import (
     client_failure,
     connection_problem,
     kafka_python_logs,
 )
+from kedro_streaming._connectors.kafka_security import KafkaSecurity
 from kedro_streaming.errors import StreamingConfigError
 
 

@@ -1,4 +1,4 @@
-"""TODO"""
+"""Static Spark tables beside the streams, on the project's session."""
 
 from __future__ import annotations
 

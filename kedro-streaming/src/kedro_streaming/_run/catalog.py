@@ -1,4 +1,6 @@
-"""TODO"""
+"""A run's catalog and pipeline read together: the streaming datasets, the
+nodes and sources of each query, and what the catalog lacks (in this
+environment or another)."""
 
 from __future__ import annotations
 

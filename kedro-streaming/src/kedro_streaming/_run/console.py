@@ -86,7 +86,7 @@ def short_config_errors() -> Callable[[bool], None]:
     back; after a failure it stays, as Python prints the run's error only
     once the run is over (at exit), and passes any other error on."""
     hook = sys.excepthook
-    if not isinstance(hook, _ShortErrors):  # a failed run's: armed again
+    if not isinstance(hook, _ShortErrors):  # else a failed run's, still there
         hook = _ShortErrors(hook)
         sys.excepthook = hook
     hook.armed = True

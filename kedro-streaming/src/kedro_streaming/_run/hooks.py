@@ -73,14 +73,16 @@ class StreamingQueryHooks:
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
     ) -> None:
         """Fails on a configuration that cannot work, before any query starts."""
+        # A run that a second Ctrl-C ended in a node had no end hook.
+        self._restore_console(failed=True)
         # First: the checks' lines and errors are the run's already.
         self._end_console = run_console()
         self._queries = QuerySupervisor()
         try:
             self._queries = self._checked_run(run_params, pipeline, catalog)
         except BaseException:
-            # Kedro calls no other hook of this run: its end is here.
-            self._end_run(failed=True)
+            # Kedro calls no other hook of a run that fails here.
+            self._restore_console(failed=True)
             raise
 
     @hook_impl
@@ -115,8 +117,11 @@ class StreamingQueryHooks:
             failed = True  # its error is the run's now: printed at exit
             raise
         finally:
-            self._end_console(failed)
-            self._end_console = _as_it_was
+            self._restore_console(failed)
+
+    def _restore_console(self, failed: bool) -> None:
+        self._end_console(failed)
+        self._end_console = _as_it_was
 
     def _checked_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog

@@ -1,4 +1,5 @@
-"""TODO"""
+"""Real-Time Mode (Spark 4.1+): what a run in it needs from the Spark line,
+its sources, its trigger and its cores, checked before any query starts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""TODO"""
+"""What ``spark.yml`` sets, checked against the Spark that runs: keys it does
+not read (close to ones it does), classes it does not have."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 import kedro_streaming
+from kedro_streaming._run.project import project_config
 from kedro_streaming.devtools import spark
 from kedro_streaming.devtools.cli_base import (
     ServiceCommand,
@@ -22,7 +23,6 @@ from kedro_streaming.devtools.cli_base import (
     service_status,
     stop_service,
 )
-from kedro_streaming.devtools.config import project_config
 from kedro_streaming.devtools.processes import say
 
 with_data_dir = data_dir_option(spark.DATA_DIR)

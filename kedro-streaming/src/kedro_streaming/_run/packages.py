@@ -1,0 +1,169 @@
+"""The packages of ``spark.yml`` (``spark.jars.packages``): resolved once and
+remembered as jars, checked against the running Spark line, and sent to
+the executors."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyspark
+from pyspark.sql import SparkSession
+from pyspark.sql.utils import is_remote
+
+from kedro_streaming.errors import StreamingConfigError
+
+# Named as before 0.7.0: projects' logging.yml may set its level.
+logger = logging.getLogger("kedro_streaming.session")
+# Where runs keep what they may reuse: resolved packages, class archives.
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+# Spark's own packages, released with each Spark version: the Kafka connector
+# and Avro support.
+_SPARK_PACKAGE = re.compile(
+    r"org\.apache\.spark:(?P<artifact>spark-sql-kafka-0-10|spark-avro)"
+    r"_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
+)
+
+
+_PACKAGE_NAMES = {"spark-sql-kafka-0-10": "the Kafka connector", "spark-avro": "Avro"}
+
+
+RESOLVED_PACKAGES = CACHE / "spark-packages"
+
+
+# What decides what the packages resolve to.
+_RESOLUTION_SETTINGS = (
+    "spark.jars.packages",
+    "spark.jars.repositories",
+    "spark.jars.excludes",
+    "spark.jars.ivy",
+    "spark.jars.ivySettings",
+)
+
+
+# Versions that may resolve to other jars tomorrow: always resolved.
+_MOVING_VERSION = re.compile(r"SNAPSHOT|latest\.|[\[\]()+]")
+
+
+def without_resolution(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with ``spark.jars.packages`` replaced by the jars it resolved
+    to at an earlier start (``spark.jars``), when they are all still there;
+    else ``conf`` itself, for spark-submit to resolve."""
+    record = _resolution_record(conf)
+    try:
+        jars = json.loads(record.read_text())["jars"] if record else []
+    except (OSError, ValueError, KeyError):
+        return conf
+    if not jars or not all(Path(urlparse(jar).path).is_file() for jar in jars):
+        return conf
+    logger.debug("Spark packages: the jars resolved before, from %s.", record)
+    launch = {key: value for key, value in conf.items() if key != "spark.jars.packages"}
+    return {**launch, "spark.jars": ",".join(jars)}
+
+
+def remember_resolution(conf: dict[str, str], jars: str) -> None:
+    """Keeps the jars (``spark.jars`` of the started session) that
+    ``conf``'s packages resolved to, for ``without_resolution``."""
+    record = _resolution_record(conf)
+    if record is None or not jars:
+        return
+    packages = conf["spark.jars.packages"]
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial = record.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"packages": packages, "jars": jars.split(",")}))
+        partial.replace(record)  # whole or not at all, for a run starting meanwhile
+    except OSError as error:  # a read-only home: resolve at every start
+        logger.debug("Spark packages: cannot remember their jars: %s", error)
+
+
+def _resolution_record(conf: dict[str, str]) -> Path | None:
+    """Where the jars of ``conf``'s packages are remembered; ``None`` when
+    there is nothing to remember: no packages, versions that move, or jars
+    of the user's own beside them."""
+    packages = conf.get("spark.jars.packages", "").strip()
+    if not packages or _MOVING_VERSION.search(packages) or conf.get("spark.jars"):
+        return None
+    settings = {key: conf.get(key) for key in _RESOLUTION_SETTINGS}
+    key = json.dumps({**settings, "pyspark": pyspark.__version__}, sort_keys=True)
+    return RESOLVED_PACKAGES / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+
+
+def _send_package(spark: SparkSession, name: str) -> None:
+    """Sends one package as a zip: the archive it was imported from
+    (``spark-submit --py-files``, which Spark itself puts on the driver's path
+    only), else its folder zipped."""
+    package = importlib.import_module(name)
+    folder = Path(tempfile.mkdtemp(prefix="project-code-"))
+    archive = folder / f"{name}.zip"
+    imported_from = getattr(package.__loader__, "archive", None)
+    if imported_from:
+        shutil.copyfile(imported_from, archive)
+    else:
+        root = Path(package.__file__).parent
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+            for path in sorted(root.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    zipped.write(path, Path(name) / path.relative_to(root))
+    if is_remote():
+        spark.addArtifacts(str(archive), pyfile=True)
+    else:
+        spark.sparkContext.addPyFile(str(archive))
+    logger.info("Sent the package %s to the executors as %s.", name, archive.name)
+
+
+def check_kafka_connector(
+    packages: str,
+    spark_version: str,
+    scala_version: str | None,
+    fix: str | None = None,
+) -> None:
+    """Fails unless Spark's packages among ``packages`` (the Kafka connector,
+    Avro) fit this Spark.
+
+    Args:
+        packages: The value of ``spark.jars.packages``.
+        spark_version: The version of the Spark that runs.
+        scala_version: Its Scala binary version, if known.
+        fix: Where to set the right connector; by default ``spark.yml``.
+    """
+    for match in _SPARK_PACKAGE.finditer(packages):
+        wrong_version = match["version"] != spark_version
+        wrong_scala = scala_version is not None and match["scala"] != scala_version
+        if wrong_version or wrong_scala:
+            scala = scala_version or match["scala"]
+            raise StreamingConfigError(
+                f"spark.yml asks for {_PACKAGE_NAMES[match['artifact']]} "
+                f"{match[0]}, but the running Spark is {spark_version}"
+                + (f" built for Scala {scala_version}" if scala_version else "")
+                + f". Fix: {fix or 'in spark.jars.packages of conf/base/spark.yml, use'} "
+                f"org.apache.spark:{match['artifact']}_{scala}:{spark_version}"
+                + ("" if fix else ", or install the pyspark the package was built for")
+                + "."
+            )
+
+
+def local_scala_version() -> str | None:
+    """The Scala binary version of the Spark jars bundled with PySpark, e.g. 2.13."""
+    jars = Path(pyspark.__file__).parent / "jars"
+    for jar in jars.glob("scala-library-*.jar"):
+        found = re.match(r"scala-library-(\d+\.\d+)", jar.name)
+        if found:
+            return found[1]
+    return None
+
+
+# The jars `spark.jars.packages` resolved to, remembered per set of packages
+# so that later starts skip Ivy (about 0.5 s at every `kedro run`, with every
+# jar already downloaded). Delete the folder to make Spark resolve again.
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
