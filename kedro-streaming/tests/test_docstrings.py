@@ -16,6 +16,7 @@ import doctest
 import importlib
 import inspect
 import io
+import logging
 import pkgutil
 import re
 import textwrap
@@ -137,21 +138,35 @@ def _doctests() -> list:
     return params
 
 
+def _names(test: doctest.DocTest) -> set[str]:
+    """The names the examples of ``test`` use."""
+    return {
+        node.id
+        for example in test.examples
+        for node in ast.walk(ast.parse(example.source))
+        if isinstance(node, ast.Name)
+    }
+
+
 @pytest.mark.parametrize(("module", "test"), _doctests())
 def test_doctest_examples_pass(module, test, request):
     if isinstance(test, Exception):
         if ".devtools." in module:
             pytest.skip(f"{module} does not import here: {test!r}")
         pytest.fail(f"{module} does not import: {test!r}")
-    if "spark" in "".join(example.source for example in test.examples):
+    if "spark" in _names(test):
         test.globs["spark"] = request.getfixturevalue("spark")
     runner = doctest.DocTestRunner(
         optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
     )
     report = io.StringIO()
+    # Log records are not the example's output (Kedro's handler prints them).
+    logs_disabled = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
     try:
         result = runner.run(test, out=report.write)
     finally:
+        logging.disable(logs_disabled)
         test.globs.clear()
     assert result.failed == 0, f"{test.name} ({module}):\n{report.getvalue()}"
 

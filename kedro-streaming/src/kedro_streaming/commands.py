@@ -44,7 +44,7 @@ from kedro_streaming._run.progress import describe_expectations
 from kedro_streaming._run.session import spark_session
 from kedro_streaming._run.state import StreamState, streaming_settings
 from kedro_streaming.devtools import extra as dev_extra
-from kedro_streaming.errors import StreamingConfigError
+from kedro_streaming.errors import StreamingConfigError, StreamingQueryFailed
 
 pipelines_option = click.option(
     "--pipelines",
@@ -62,7 +62,19 @@ def commands() -> None:
     """Commands of the kedro-streaming plugin."""
 
 
-@commands.group(name="streams")
+class _Streams(click.Group):
+    """Prints a configuration error, or a failed query, as its one-line
+    message (its cause and fix), as ``kedro run`` does, without the trace."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (StreamingConfigError, StreamingQueryFailed) as error:
+            click.echo(f"{type(error).__name__}: {error}", err=True)
+            ctx.exit(1)
+
+
+@commands.group(name="streams", cls=_Streams)
 def streams() -> None:
     """Operate the streaming queries and their tables."""
 

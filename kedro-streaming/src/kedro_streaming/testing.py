@@ -50,7 +50,7 @@ from pyspark.sql.types import StructType
 from kedro_streaming._connectors.sink_args import OUTPUT_MODES
 from kedro_streaming._nodes.expectations import EXPECTATIONS_METRIC
 from kedro_streaming._run.metrics import unix_time
-from kedro_streaming._run.progress import _metric_row, expectation_counts
+from kedro_streaming._run.progress import expectation_counts, metric_row
 
 
 @dataclass
@@ -93,7 +93,22 @@ class StreamTest:
     ``step`` returns a ``Step`` for a node function, and ``{sink: Step}`` for
     a node or a pipeline, whose sinks are its outputs that no node of it
     reads (or those named in ``sinks``). Outputs passed from node to node stay
-    in one query, as DataFrames do between nodes within a run.
+    in one query, as DataFrames do between nodes within a run. In pytest, the
+    ``stream_test`` fixture makes one on the test session, in a folder of its own.
+
+    Example:
+        >>> import tempfile
+        >>> from kedro_streaming.testing import StreamTest
+        >>> def count_per_key(events):
+        ...     return events.groupBy("key").count()
+        >>> counts = StreamTest(
+        ...     spark, count_per_key, streams={"events": "key STRING"},
+        ...     output_mode="complete", workdir=tempfile.mkdtemp(),
+        ... )
+        >>> counts.step(events=[("a",), ("b",), ("a",)]).rows
+        [Row(key='a', count=2), Row(key='b', count=1)]
+        >>> counts.step(events=[("b",)]).rows
+        [Row(key='a', count=2), Row(key='b', count=2)]
     """
 
     def __init__(  # noqa: PLR0913
@@ -318,7 +333,7 @@ def _step(
     caught: Counter = Counter()
     for report in ran:
         metrics = report.get("observedMetrics", {}).get(EXPECTATIONS_METRIC)
-        caught.update(expectation_counts(metrics and _metric_row(metrics)))
+        caught.update(expectation_counts(metrics and metric_row(metrics)))
     if mode == "complete":
         rows = batches[-1] if batches else []
     else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -112,22 +113,7 @@ def decode_values(
     frame shorter than 5 bytes, a magic byte other than 0, an id the registry
     has no schema for, a body that does not decode with its writer schema.
     """
-    try:
-        reader = json.loads(schemas.reader)
-    except ValueError:
-        reader = None
-    is_record = isinstance(reader, dict) and reader.get("type") == "record"
-    # A single type (a string key, say) decodes to null only when it fails.
-    is_single = isinstance(reader, str) or (
-        isinstance(reader, dict) and reader.get("type") in _SINGLE_TYPES
-    )
-    if not (is_record or is_single):
-        raise StreamingConfigError(
-            f"subject '{schemas.subject}' (version {schemas.version}) of the schema "
-            f"registry at {schemas.registry.url} is neither an Avro record nor a "
-            "single type (a union, an array or a map at the top): the Avro option "
-            "reads those two"
-        )
+    reader, is_record = _reader_schema(schemas)
     marked = (
         dict(
             reader,
@@ -168,8 +154,53 @@ def decode_values(
         decoded = decoded.when(schema_id == known_id, _from_avro(body, writer, options))
     raw = raw.withColumn(f"_{column}_decoded", decoded)
     record = F.col(f"_{column}_decoded")
+    missing = (record[_DECODED] if is_record else record).isNull()
+    problem = _problem(value, framed, schema_id, missing, schemas, nulls=nulls)
+    return raw.withColumns(
+        {
+            f"{column}_record": (
+                F.when(record[_DECODED], record.dropFields(_DECODED))
+                if is_record
+                else record
+            ),
+            f"{column}_problem": problem,
+        }
+    ).drop(f"_{column}_decoded")
+
+
+def _reader_schema(schemas: AvroSchemas) -> tuple[Any, bool]:
+    """The reader schema, and whether it is a record (else a single type)."""
+    try:
+        reader = json.loads(schemas.reader)
+    except ValueError:
+        reader = None
+    is_record = isinstance(reader, dict) and reader.get("type") == "record"
+    # A single type (a string key, say) decodes to null only when it fails.
+    is_single = isinstance(reader, str) or (
+        isinstance(reader, dict) and reader.get("type") in _SINGLE_TYPES
+    )
+    if not (is_record or is_single):
+        raise StreamingConfigError(
+            f"subject '{schemas.subject}' (version {schemas.version}) of the schema "
+            f"registry at {schemas.registry.url} is neither an Avro record nor a "
+            "single type (a union, an array or a map at the top): the Avro option "
+            "reads those two"
+        )
+    return reader, is_record
+
+
+def _problem(  # noqa: PLR0913 (the message's parts)
+    value: Column,
+    framed: Column,
+    schema_id: Column,
+    undecoded: Column,
+    schemas: AvroSchemas,
+    *,
+    nulls: bool,
+) -> Column:
+    """Why a message did not decode, or null."""
     length = F.length(value).cast("string")
-    problem = (
+    return (
         F.when(value.isNull(), F.lit(None if nulls else "null value (a tombstone)"))
         .when(
             F.length(value) < _FRAME_BYTES,
@@ -196,7 +227,7 @@ def decode_values(
             ),
         )
         .when(
-            (record[_DECODED] if is_record else record).isNull(),
+            undecoded,
             F.concat(
                 F.lit("does not decode with its writer schema (id "),
                 schema_id.cast("string"),
@@ -204,16 +235,6 @@ def decode_values(
             ),
         )
     )
-    return raw.withColumns(
-        {
-            f"{column}_record": (
-                F.when(record[_DECODED], record.dropFields(_DECODED))
-                if is_record
-                else record
-            ),
-            f"{column}_problem": problem,
-        }
-    ).drop(f"_{column}_decoded")
 
 
 def _from_avro(body: Column, writer: str, options: dict[str, str]) -> Column:

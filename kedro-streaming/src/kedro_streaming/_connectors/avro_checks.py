@@ -6,8 +6,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from kedro_streaming._connectors.base import Connector, Entry, RunEntries
-from kedro_streaming._run.spark_settings import _class_loads
-from kedro_streaming._spark import jvm_of
+from kedro_streaming._spark import class_loads, jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
 
@@ -42,7 +41,7 @@ def check_avro_package(
     ]
     jvm = jvm_of(spark)  # none over Spark Connect: the server's
     if names and jvm is not None:
-        if not _class_loads(jvm, "org.apache.spark.sql.avro.functions"):
+        if not class_loads(spark, "org.apache.spark.sql.avro.functions"):
             _refuse_avro(
                 [
                     f"{', '.join(repr(n) for n in dict.fromkeys(names))} use Avro, "

@@ -20,9 +20,9 @@ from kedro_streaming._connectors.avro import (
 )
 from kedro_streaming._connectors.avro_option import AvroOption
 from kedro_streaming._connectors.entry_keys import (
-    _redact,
-    _secrets_in,
     misspelt_args,
+    redact,
+    secrets_in,
     unknown_key_problems,
 )
 from kedro_streaming._connectors.files import (
@@ -57,8 +57,12 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
 
     Example:
         ```yaml
+        raw_trips:
+          type: kedro_streaming.SparkStreamingDataset
+          filepath: data/01_raw/trips_landing
+          file_format: text          # JSON lines: parse_records decodes them
         bronze_trips:
-          type: <package>.streaming.SparkStreamingDataset
+          type: kedro_streaming.SparkStreamingDataset
           filepath: data/02_intermediate/bronze_trips
           file_format: parquet
           save_args:
@@ -218,7 +222,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             problems += kafka_sink_problems(
                 {**self._sink.writer_options, **self.kafka_options}
             )
-        return problems + _secrets_in(self._sink.writer_options, "save_args")
+        return problems + secrets_in(self._sink.writer_options, "save_args")
 
     def data_problems(self, data: DataFrame) -> list[str]:
         """Says what keeps this sink from writing ``data``, before its query starts."""
@@ -235,7 +239,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         problems = self.key_problems()
         if problems:
             return problems
-        problems = _secrets_in(self._load_args, "load_args")
+        problems = secrets_in(self._load_args, "load_args")
         if self._file_format == "kafka":
             return problems + kafka_source_problems(
                 {**self._load_args, **self.kafka_options}
@@ -337,10 +341,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return {
             "filepath": self._path,
             "file_format": self._file_format,
-            "load_args": _redact(self._load_args),
-            "save_args": _redact(self._save_args),
+            "load_args": redact(self._load_args),
+            "save_args": redact(self._save_args),
             "credentials": "***" if self._credentials else None,
-            "avro": _redact(self._avro.options) if self._avro else None,
+            "avro": redact(self._avro.options) if self._avro else None,
         }
 
     def load(self) -> DataFrame:

@@ -60,6 +60,13 @@ def delta_package_for(spark_version: str, scala_version: str = "2.13") -> str | 
     Args:
         spark_version: A Spark version, e.g. ``4.1.1``.
         scala_version: Its Scala binary version.
+
+    Example:
+        >>> from kedro_streaming import delta_package_for
+        >>> delta_package_for("4.1.1")  # spark.jars.packages of conf/delta/spark.yml
+        'io.delta:delta-spark_4.1_2.13:4.4.0'
+        >>> delta_package_for("3.5.3")
+        'io.delta:delta-spark_2.13:3.3.0'
     """
     line = spark_line(spark_version)
     if line in NEWEST_DELTA_SPARK_LINES:
@@ -92,6 +99,16 @@ def check_delta_package(
         spark_version: The version of the Spark that runs.
         scala_version: Its Scala binary version, if known.
         fix: Where to set the right package; by default ``spark.yml``.
+
+    Example:
+        >>> from kedro_streaming import check_delta_package
+        >>> check_delta_package("io.delta:delta-spark_4.1_2.13:4.4.0", "4.1.1", "2.13")
+        >>> check_delta_package("io.delta:delta-spark_4.1_2.13:4.4.0", "4.2.0", "2.13")
+        Traceback (most recent call last):
+          ...
+        kedro_streaming.errors.StreamingConfigError: spark.yml asks for the Delta
+        package io.delta:delta-spark_4.1_2.13:4.4.0, built for Spark 4.1, but the
+        running Spark is 4.2.0 ... to io.delta:delta-spark_4.2_2.13:4.4.0 (...).
     """
     match = _DELTA_PACKAGE.search(packages)
     if match is None:

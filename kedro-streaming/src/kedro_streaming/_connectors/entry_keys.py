@@ -50,7 +50,7 @@ def _close_key(key: str, keys: tuple[str, ...]) -> str | None:
     return spelling[close[0]] if close else None
 
 
-def _secrets_in(options: dict[str, Any], args_name: str) -> list[str]:
+def secrets_in(options: dict[str, Any], args_name: str) -> list[str]:
     """Secrets belong in credentials, which are never described or logged."""
     return [
         f"has the secret option '{key}' in its {args_name}: move it to an entry of "
@@ -60,7 +60,7 @@ def _secrets_in(options: dict[str, Any], args_name: str) -> list[str]:
     ]
 
 
-def _redact(options: dict[str, Any]) -> dict[str, Any]:
+def redact(options: dict[str, Any]) -> dict[str, Any]:
     shown = deepcopy(options)
     for key in shown:
         if _is_secret(key):

@@ -40,7 +40,7 @@ def _sinks_inside_sources(
     return problems
 
 
-def _normal(path: str) -> str:
+def normal_path(path: str) -> str:
     """One spelling per place: ``data/x/``, ``./data/x`` and the absolute
     path of a local folder are the same checkpoint."""
     if "://" in path and not path.startswith("file://"):

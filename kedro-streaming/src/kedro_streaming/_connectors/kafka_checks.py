@@ -36,7 +36,7 @@ _KAFKA_ERROR = re.compile(r"org\.apache\.kafka\.common\.errors\.(\w+: [^\n]*)")
 BATCH_SIZE_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 
 
-def _kafka_source_tasks(dataset: Entry) -> int | None:
+def source_tasks(dataset: Entry) -> int | None:
     """The tasks Spark's Kafka source makes for ``dataset``: one per partition
     of its topics, ``minPartitions`` at least. None when that is not known
     before start (a pattern subscription, a broker that does not answer)."""
@@ -192,70 +192,11 @@ def check_kafka_topics(
         readers: Each source's queries (sinks) in this run.
         sinks: The run's streaming sinks.
     """
-    problems = []
-    for name, dataset in sources.items():
-        options = {key.lower(): str(v) for key, v in dataset.load_options.items()}
-        topics = _subscribed_topics(options)
-        if dataset.file_format != "kafka" or not topics:
-            continue
-        servers = dataset.kafka_client_config.get("bootstrap.servers", "")
-        try:
-            held, existing = _topic_messages(dataset, topics)
-        except Exception as error:  # noqa: BLE001 (kafka-python's and sockets')
-            logger.warning(
-                "'%s': the topics %s at %s could not be listed (%s): not checked "
-                "before start.",
-                name,
-                ", ".join(topics),
-                servers,
-                type(error).__name__,
-            )
-            continue
-        auto_create = options.get("kafka.allow.auto.create.topics", "").lower()
-        missing = [topic for topic in topics if topic not in existing]
-        refused = _forbidden(dataset, servers, missing)
-        user = dataset.kafka_security.username
-        for topic in refused:
-            problems.append(
-                f"'{name}' reads the topic '{topic}', which the brokers at {servers} "
-                f"do not let {f'user {user!r}' if user else 'this client'} describe "
-                "or read (TOPIC_AUTHORIZATION_FAILED): ask the cluster's "
-                "administrators for Describe and Read on it, or fix the topic's name"
-            )
-        for topic in missing:
-            if topic in refused or auto_create == "true":
-                continue
-            close = difflib.get_close_matches(topic, sorted(existing), n=3, cutoff=0.6)
-            problems.append(
-                f"'{name}' reads the topic '{topic}', which the brokers at "
-                f"{servers} do not have"
-                + (
-                    f" (closest: {', '.join(repr(t) for t in close)})"
-                    if close
-                    else f" (they have {len(existing)} topics)"
-                )
-                + ". Fix the topic's name, or create the topic; to have the brokers "
-                "create it when the query subscribes, set "
-                "`kafka.allow.auto.create.topics: true` in its load_args"
-            )
-        waiting = sum(held.values())
-        new = [
-            q for q in readers.get(name, []) if not has_progress(sinks[q].checkpoint)
-        ]
-        if (
-            waiting
-            and new
-            and "startingoffsets" not in options
-            and "assign" not in options
-        ):
-            problems.append(
-                f"'{name}' would skip the {waiting} messages already in "
-                + " and ".join(f"'{t}'" for t in held)
-                + f": the new checkpoint of {', '.join(new)} would "
-                "start at the topic's end (Spark's default). Say which you mean "
-                "in its load_args: `startingOffsets: earliest` to read them, or "
-                "`startingOffsets: latest` to skip them knowingly"
-            )
+    problems = [
+        problem
+        for name, dataset in sources.items()
+        for problem in _topic_problems(name, dataset, readers.get(name, []), sinks)
+    ]
     for name, dataset in sinks.items():
         _say_new_sink_topic(name, dataset)
     if problems:
@@ -263,6 +204,69 @@ def check_kafka_topics(
             "Kafka topics in conf/ cannot be read as configured:\n  - "
             + "\n  - ".join(problems)
         )
+
+
+def _topic_problems(
+    name: str, dataset: Entry, readers: list[str], sinks: dict[str, Entry]
+) -> list[str]:
+    """The problems of one source's topics (see ``check_kafka_topics``)."""
+    problems: list[str] = []
+    options = {key.lower(): str(v) for key, v in dataset.load_options.items()}
+    topics = _subscribed_topics(options)
+    if dataset.file_format != "kafka" or not topics:
+        return []
+    servers = dataset.kafka_client_config.get("bootstrap.servers", "")
+    try:
+        held, existing = _topic_messages(dataset, topics)
+    except Exception as error:  # noqa: BLE001 (kafka-python's and sockets')
+        logger.warning(
+            "'%s': the topics %s at %s could not be listed (%s): not checked "
+            "before start.",
+            name,
+            ", ".join(topics),
+            servers,
+            type(error).__name__,
+        )
+        return []
+    auto_create = options.get("kafka.allow.auto.create.topics", "").lower()
+    missing = [topic for topic in topics if topic not in existing]
+    refused = _forbidden(dataset, servers, missing)
+    user = dataset.kafka_security.username
+    for topic in refused:
+        problems.append(
+            f"'{name}' reads the topic '{topic}', which the brokers at {servers} "
+            f"do not let {f'user {user!r}' if user else 'this client'} describe "
+            "or read (TOPIC_AUTHORIZATION_FAILED): ask the cluster's "
+            "administrators for Describe and Read on it, or fix the topic's name"
+        )
+    for topic in missing:
+        if topic in refused or auto_create == "true":
+            continue
+        close = difflib.get_close_matches(topic, sorted(existing), n=3, cutoff=0.6)
+        problems.append(
+            f"'{name}' reads the topic '{topic}', which the brokers at "
+            f"{servers} do not have"
+            + (
+                f" (closest: {', '.join(repr(t) for t in close)})"
+                if close
+                else f" (they have {len(existing)} topics)"
+            )
+            + ". Fix the topic's name, or create the topic; to have the brokers "
+            "create it when the query subscribes, set "
+            "`kafka.allow.auto.create.topics: true` in its load_args"
+        )
+    waiting = sum(held.values())
+    new = [q for q in readers if not has_progress(sinks[q].checkpoint)]
+    if waiting and new and "startingoffsets" not in options and "assign" not in options:
+        problems.append(
+            f"'{name}' would skip the {waiting} messages already in "
+            + " and ".join(f"'{t}'" for t in held)
+            + f": the new checkpoint of {', '.join(new)} would "
+            "start at the topic's end (Spark's default). Say which you mean "
+            "in its load_args: `startingOffsets: earliest` to read them, or "
+            "`startingOffsets: latest` to skip them knowingly"
+        )
+    return problems
 
 
 def _forbidden(dataset: Entry, servers: str, topics: list[str]):

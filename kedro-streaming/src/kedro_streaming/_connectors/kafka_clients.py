@@ -51,6 +51,15 @@ def kafka_producer(
         project_path: The project's root (default: the working directory).
         **overrides: Further ``KafkaProducer`` arguments (``acks``,
             ``max_request_size``...), taking precedence.
+
+    Example:
+        ```python
+        from kedro_streaming import kafka_producer
+
+        producer = kafka_producer(env="kafka", acks="all")  # conf/kafka
+        producer.send("sensor-readings", b'{"device": "d1", "temperature_c": 21.5}')
+        producer.flush()
+        ```
     """
     from kafka import KafkaProducer  # noqa: PLC0415 (kafka-python: when asked for)
 
@@ -69,7 +78,20 @@ def kafka_consumer(
 ):
     """A kafka-python ``KafkaConsumer`` of ``topics`` configured from
     ``conf/<env>``; the arguments as :func:`kafka_producer`'s (the
-    overrides: ``group_id``, ``auto_offset_reset``...)."""
+    overrides: ``group_id``, ``auto_offset_reset``...).
+
+    Example:
+        ```python
+        from kedro_streaming import kafka_consumer
+
+        # The brokers and credentials the raw_readings dataset's query uses.
+        consumer = kafka_consumer(
+            "sensor-readings", dataset="raw_readings", auto_offset_reset="earliest"
+        )
+        for message in consumer:
+            print(message.offset, message.value)
+        ```
+    """
     from kafka import KafkaConsumer  # noqa: PLC0415
 
     return KafkaConsumer(

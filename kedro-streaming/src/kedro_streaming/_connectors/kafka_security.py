@@ -26,11 +26,11 @@ from functools import cached_property
 from typing import Any
 
 from kedro_streaming._connectors.kafka_stores import (
-    _check_not_pem,
-    _load_key_and_chain,
-    _open_store,
-    _pem,
-    _read_store,
+    check_not_pem,
+    load_key_and_chain,
+    open_store,
+    pem,
+    read_store,
 )
 from kedro_streaming.errors import StreamingConfigError
 
@@ -180,7 +180,7 @@ class KafkaSecurity:
             context.load_verify_locations(cadata=trusted)
         key_and_chain = self._key_and_chain()
         if key_and_chain is not None:
-            _load_key_and_chain(context, *key_and_chain)
+            load_key_and_chain(context, *key_and_chain)
         return context
 
     # -- stores --------------------------------------------------------------
@@ -192,8 +192,8 @@ class KafkaSecurity:
             return None
         # Empty (a variable set to nothing) is Kafka's default too.
         kind = (self.settings.get(f"ssl.{store}.type") or "JKS").upper()
-        data = _read_store(location, store)
-        _check_not_pem(data, kind, location, store)
+        data = read_store(location, store)
+        check_not_pem(data, kind, location, store)
         return location, kind, self.settings.get(f"ssl.{store}.password"), data
 
     def _trusted_certificates(self) -> str | None:
@@ -207,8 +207,8 @@ class KafkaSecurity:
         location, kind, password, data = found
         if kind == "PEM":
             return data.decode("ascii", errors="replace")
-        _, _, certificates = _open_store(location, kind, password, data, "truststore")
-        return "".join(_pem(certificate) for certificate in certificates)
+        _, _, certificates = open_store(location, kind, password, data, "truststore")
+        return "".join(pem(certificate) for certificate in certificates)
 
     def _key_and_chain(self) -> tuple[bytes, bytes, str | None] | None:
         """The key store's private key and certificate chain, as PEM bytes, and
@@ -224,7 +224,7 @@ class KafkaSecurity:
         location, kind, password, data = found
         if kind == "PEM":
             return data, data, key_password
-        key, certificate, others = _open_store(
+        key, certificate, others = open_store(
             location, kind, password, data, "keystore", key_password
         )
         if key is None:
@@ -235,7 +235,7 @@ class KafkaSecurity:
         from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
 
         chain = b"".join(
-            _pem(c).encode() for c in [certificate, *others] if c is not None
+            pem(c).encode() for c in [certificate, *others] if c is not None
         )
         # A fresh password for the moment the key is on disk (see below).
         one_time = os.urandom(16).hex()

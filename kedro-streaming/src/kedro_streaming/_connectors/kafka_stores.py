@@ -13,7 +13,7 @@ from pathlib import Path
 from kedro_streaming.errors import StreamingConfigError
 
 
-def _read_store(location: str, kind: str) -> bytes:
+def read_store(location: str, kind: str) -> bytes:
     setting = f"kafka.ssl.{kind}.location"
     try:
         return Path(location).expanduser().read_bytes()
@@ -32,7 +32,7 @@ def _read_store(location: str, kind: str) -> bytes:
 _STORE_NAMES = {"truststore": "trust store", "keystore": "key store"}
 
 
-def _check_not_pem(data: bytes, kind: str, location: str, store: str) -> None:
+def check_not_pem(data: bytes, kind: str, location: str, store: str) -> None:
     """A PEM file read as the JKS Kafka assumes by default fails on its
     password: say what it is instead."""
     if kind != "PEM" and data.lstrip().startswith(b"-----BEGIN"):
@@ -43,7 +43,7 @@ def _check_not_pem(data: bytes, kind: str, location: str, store: str) -> None:
         )
 
 
-def _open_store(location, kind, password, data, store, key_password=None):  # noqa: PLR0917
+def open_store(location, kind, password, data, store, key_password=None):  # noqa: PLR0917
     """The key, certificate and other certificates of a JKS or PKCS12 store."""
     from cryptography.hazmat.primitives.serialization import pkcs12  # noqa: PLC0415
 
@@ -73,7 +73,7 @@ def _open_store(location, kind, password, data, store, key_password=None):  # no
 
 def _jks_as_pkcs12(location, password, store, key_password):
     """A JKS store converted by the JDK's keytool (Python reads no JKS)."""
-    keytool = _keytool()
+    tool = keytool()
     with tempfile.TemporaryDirectory(prefix="kedro-streaming-") as folder:
         target = Path(folder) / "store.p12"
         fresh = os.urandom(16).hex()
@@ -85,7 +85,7 @@ def _jks_as_pkcs12(location, password, store, key_password):
             "KS_KEY_PASSWORD": key_password or password or "",
         }
         command = [
-            keytool,
+            tool,
             "-importkeystore",
             "-noprompt",
             "-srckeystore",
@@ -115,7 +115,7 @@ def _jks_as_pkcs12(location, password, store, key_password):
         return target.read_bytes(), fresh
 
 
-def _keytool() -> str:
+def keytool() -> str:
     java_home = os.environ.get("JAVA_HOME")
     found = (
         str(Path(java_home) / "bin" / "keytool")
@@ -130,13 +130,13 @@ def _keytool() -> str:
     return found
 
 
-def _pem(certificate) -> str:
+def pem(certificate) -> str:
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
 
     return certificate.public_bytes(serialization.Encoding.PEM).decode()
 
 
-def _load_key_and_chain(
+def load_key_and_chain(
     context: ssl.SSLContext, key: bytes, chain: bytes, password: str | None
 ) -> None:
     """Loads a key and chain given as bytes: Python's ssl reads them from files

@@ -15,6 +15,17 @@ class SparkDataset(_KedroSparkDataset):
 
     Loading or saving starts the session from ``spark.yml`` if nothing has yet,
     as in ``kedro ipython``, where no pipeline runs.
+
+    Example:
+        ```yaml
+        taxi_zones:
+          type: kedro_streaming.SparkDataset
+          filepath: data/01_raw/taxi_zone_lookup.csv
+          file_format: csv
+          load_args:
+            header: true
+            schema: "LocationID INT, Borough STRING, Zone STRING"
+        ```
     """
 
     def __init__(self, *, filepath: str, **kwargs: Any) -> None:

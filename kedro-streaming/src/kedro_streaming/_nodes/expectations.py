@@ -148,12 +148,24 @@ def check_expectations(  # noqa: PLR0913
     Raises:
         StreamingConfigError: A rule is malformed, does not parse, names a
             missing column or is not a boolean expression.
+
+    Example:
+        >>> from kedro_streaming import check_expectations
+        >>> rules = {
+        ...     "plausible": {"expect": "temperature_c < 60", "action": "quarantine"}
+        ... }
+        >>> readings = spark.createDataFrame(
+        ...     [("d1", 21.5), ("d2", 99.0)], "device STRING, temperature_c DOUBLE"
+        ... )
+        >>> check_expectations(readings, rules).collect()
+        [Row(device='d1', temperature_c=21.5, rejection_reason=None, warnings=None),
+         Row(device='d2', temperature_c=99.0, rejection_reason='plausible',
+             warnings=None)]
     """
     expectations = expectations_from_config(config, declared_in)
     _check_rules(records, expectations, declared_in)
     if origin is None:
         origin = record_origin(records)
-
     # The checks are written as SQL, as the rules are: a Column built in
     # Python costs a call into the JVM per function and operator, and 32 rules
     # built that way took longer than Spark's analysis of the whole plan.
@@ -167,44 +179,17 @@ def check_expectations(  # noqa: PLR0913
             for e in expectations
         ],
     )
-
-    def broken(action: str) -> list[str]:
-        """``CASE`` expressions naming each broken rule with ``action``."""
-        return [
-            f"CASE WHEN {flags[e.name]} THEN '{e.name}' END"
-            for e in expectations
-            if e.action == action
-        ]
-
-    fix = (
-        f"Correct the record at its source, or change the rule or its action in "
-        f"{declared_in}; then run again: the query resumes at this micro-batch, "
-        "which was not committed."
-    )
-    failures = [
-        F.when(
-            F.col(flags[e.name]),
-            F.raise_error(
-                F.concat(
-                    F.lit(f"Expectation '{e.name}' failed (action: fail) on "),
-                    origin,
-                    F.lit(f". {fix}"),
-                )
-            ),
-        )
-        for e in expectations
-        if e.action == "fail"
-    ]
+    failures = _failures(expectations, flags, origin, declared_in)
     kept = [c for c in records.columns if c != problems]
     given = [f"`{problems}`"] if problems else []
-    reasons = _joined([*given, *broken("quarantine")])
+    reasons = _joined([*given, *_broken(expectations, flags, "quarantine")])
     reasoned = flagged.select(
         *kept,
         # raise_error in an output column: a pruned column would never fail.
         (F.concat_ws("; ", reasons, *failures) if failures else reasons).alias(
             reason_column
         ),
-        _joined(broken("warn")).alias(warnings_column),
+        _joined(_broken(expectations, flags, "warn")).alias(warnings_column),
         F.expr(f"`{problems}` IS NOT NULL" if problems else "false").alias("_unparsed"),
         *flags.values(),
     )
@@ -222,6 +207,41 @@ def check_expectations(  # noqa: PLR0913
             for name in (reason_column, warnings_column)
         ],
     )
+
+
+def _broken(expectations: list, flags: dict[str, str], action: str) -> list[str]:
+    """``CASE`` expressions naming each broken rule with ``action``."""
+    return [
+        f"CASE WHEN {flags[e.name]} THEN '{e.name}' END"
+        for e in expectations
+        if e.action == action
+    ]
+
+
+def _failures(
+    expectations: list, flags: dict[str, str], origin: Column, declared_in: str
+) -> list[Column]:
+    """A column per ``fail`` rule that stops the query when the rule breaks,
+    naming the rule, the record's origin and the fix."""
+    fix = (
+        f"Correct the record at its source, or change the rule or its action in "
+        f"{declared_in}; then run again: the query resumes at this micro-batch, "
+        "which was not committed."
+    )
+    return [
+        F.when(
+            F.col(flags[e.name]),
+            F.raise_error(
+                F.concat(
+                    F.lit(f"Expectation '{e.name}' failed (action: fail) on "),
+                    origin,
+                    F.lit(f". {fix}"),
+                )
+            ),
+        )
+        for e in expectations
+        if e.action == "fail"
+    ]
 
 
 def _joined(texts: list[str]) -> Column:

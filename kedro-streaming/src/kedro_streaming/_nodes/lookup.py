@@ -45,6 +45,20 @@ class Lookup:
         table: A batch DataFrame of at most ``MAX_ROWS`` rows; read once.
         key: The column that names a row; rows without one are left out,
             and two different rows under one key are refused.
+
+    Example:
+        >>> from pyspark.sql import functions as F
+        >>> from kedro_streaming import Lookup
+        >>> zones = spark.createDataFrame(
+        ...     [(1, "EWR"), (4, "Manhattan")], "LocationID INT, Borough STRING"
+        ... )
+        >>> lookup = Lookup(zones, key="LocationID")
+        >>> trips = spark.createDataFrame([(4,), (7,)], "PULocationID INT")
+        >>> trips.select(
+        ...     lookup.has(F.col("PULocationID")).alias("known"),
+        ...     lookup.value("Borough", F.col("PULocationID")).alias("borough"),
+        ... ).collect()
+        [Row(known=True, borough='Manhattan'), Row(known=False, borough=None)]
     """
 
     def __init__(self, table: DataFrame, key: str) -> None:

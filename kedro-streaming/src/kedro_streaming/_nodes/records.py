@@ -78,6 +78,19 @@ def parse_records(raw: DataFrame, schema: str | T.StructType) -> DataFrame:
     Rules for text: datetimes may be ISO-8601 text or epoch milliseconds;
     integers may be written as whole floats (``"2.0"``); text fields are
     trimmed, and an empty one is null.
+
+    Example:
+        >>> from kedro_streaming import parse_records
+        >>> raw = spark.createDataFrame(
+        ...     [('{"device": "d1", "temperature_c": 21.5}',),
+        ...      ('{"temperature_c": "hot"}',)],
+        ...     "value STRING",
+        ... )
+        >>> parsed = parse_records(raw, "device STRING NOT NULL, temperature_c DOUBLE")
+        >>> parsed.select("device", "temperature_c", "problems").collect()
+        [Row(device='d1', temperature_c=21.5, problems=None),
+         Row(device=None, temperature_c=None,
+             problems='missing device; invalid temperature_c')]
     """
     fields = _struct(schema)
     if AVRO_RECORD in raw.columns:
@@ -132,7 +145,16 @@ def parse_records(raw: DataFrame, schema: str | T.StructType) -> DataFrame:
 def record_origin(records: DataFrame) -> Column:
     """Where a record came from, and its start: for the message of a ``fail``
     expectation. Uses the ``PROVENANCE_COLUMNS`` and ``raw_payload`` that
-    ``records`` has, else the record itself as JSON."""
+    ``records`` has, else the record itself as JSON.
+
+    Example:
+        >>> from kedro_streaming import record_origin
+        >>> readings = spark.createDataFrame(
+        ...     [("d1", 21.5)], "device STRING, temperature_c DOUBLE"
+        ... )
+        >>> readings.select(record_origin(readings).alias("origin")).collect()
+        [Row(origin='input, record {"device":"d1","temperature_c":21.5}')]
+    """
     columns = set(records.columns)
     places = []
     if "source_file" in columns:

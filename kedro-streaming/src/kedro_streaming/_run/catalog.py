@@ -149,7 +149,7 @@ def catalog_names_by_env(config_loader) -> dict[str, Any]:
         if folder.name in ("base", env) or not any(folder.glob("catalog*")):
             continue
         try:
-            config = _loader_like(config_loader, env=folder.name)["catalog"]
+            config = loader_like(config_loader, env=folder.name)["catalog"]
         except Exception as error:  # noqa: BLE001 (another env's broken conf)
             logger.debug("conf/%s's catalog not read: %s", folder.name, error)
             continue
@@ -157,7 +157,7 @@ def catalog_names_by_env(config_loader) -> dict[str, Any]:
     return found
 
 
-def _loader_like(config_loader, **changes: Any):
+def loader_like(config_loader, **changes: Any):
     """A configuration loader as the project's settings make one, over the
     same ``conf/`` as ``config_loader``, with its env and runtime params
     unless ``changes`` gives others."""
@@ -272,7 +272,7 @@ def fan_out(catalog: DataCatalog, pipeline: Pipeline, sinks: list[str]) -> list[
     return lines
 
 
-def _paths(catalog: DataCatalog, names: set[str]) -> dict[str, list[str]]:
+def dataset_paths(catalog: DataCatalog, names: set[str]) -> dict[str, list[str]]:
     """The folders and checkpoints of the runtime's datasets among ``names``."""
     paths = {}
     for name in names:

@@ -19,15 +19,15 @@ from kedro_streaming._connectors.dataset import (
     SparkStreamingDataset,
 )
 from kedro_streaming._connectors.files import (
-    _normal,
+    normal_path,
 )
 from kedro_streaming._connectors.registry import CONNECTORS
 from kedro_streaming._run.catalog import (
-    _loader_like,
-    _paths,
     check_catalog_has,
     check_paths_reach_the_cluster,
     check_streams_have_sinks,
+    dataset_paths,
+    loader_like,
     query_sources,
     streaming_datasets,
 )
@@ -99,7 +99,7 @@ def check_runtime_params(config_loader: Any) -> None:
         return
     # The parameters as declared: the run's loader has --params merged in.
     try:
-        parameters = _loader_like(config_loader, runtime_params={})["parameters"]
+        parameters = loader_like(config_loader, runtime_params={})["parameters"]
     except MissingConfigException:
         parameters = {}
     except Exception:  # noqa: BLE001 (one that needs --params: no check then)
@@ -152,7 +152,9 @@ def check_configuration(
     ]
     run = RunEntries(sources, sinks)
     problems += [p for connector in CONNECTORS for p in connector.problems(run)]
-    where = {name: _normal(d.checkpoint) for name, d in sinks.items() if d.checkpoint}
+    where = {
+        name: normal_path(d.checkpoint) for name, d in sinks.items() if d.checkpoint
+    }
     shared = Counter(where.values())
     problems += [
         f"{', '.join(sorted(n for n, p in where.items() if p == path))} share the "
@@ -233,7 +235,7 @@ def check_run(
     location = spark_location(spark)
     if location:
         check_paths_reach_the_cluster(
-            _paths(catalog, pipeline.datasets()), location, env
+            dataset_paths(catalog, pipeline.datasets()), location, env
         )
     readers = {name: [s for s in sinks if name in sources_of(s)] for name in sources}
     run = RunEntries(sources, sinks, readers, settings)

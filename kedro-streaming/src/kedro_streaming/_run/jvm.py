@@ -52,7 +52,7 @@ _SHARING_OPTIONS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")
 _SHARING_QUIET = "-Xlog:cds*=off"
 
 
-def _start_jvm(conf: dict[str, str]) -> None:
+def start_jvm(conf: dict[str, str]) -> None:
     """Starts Spark's JVM with the archive of its classes, or recording it."""
     archive = class_archive(conf)
     if archive is None:

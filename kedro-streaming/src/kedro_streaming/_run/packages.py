@@ -99,7 +99,7 @@ def _resolution_record(conf: dict[str, str]) -> Path | None:
     return RESOLVED_PACKAGES / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
 
 
-def _send_package(spark: SparkSession, name: str) -> None:
+def send_package(spark: SparkSession, name: str) -> None:
     """Sends one package as a zip: the archive it was imported from
     (``spark-submit --py-files``, which Spark itself puts on the driver's path
     only), else its folder zipped."""

@@ -79,7 +79,7 @@ class ProgressLog:
         states = report.get("stateOperators", [])
         left = self._left_to_others.get(name, set())
         metrics = {
-            metric: _metric_row(row)
+            metric: metric_row(row)
             for metric, row in report.get("observedMetrics", {}).items()
             if metric not in left
         }
@@ -151,7 +151,7 @@ def describe_expectations(caught: dict[str, int]) -> str:
     return ", expectations: " + ", ".join(f"{k} {v}" for k, v in caught.items())
 
 
-def _metric_row(row: dict[str, Any]) -> dict[str, Any]:
+def metric_row(row: dict[str, Any]) -> dict[str, Any]:
     """An observed metric's row as ``{column: value}``.
 
     Classic Spark reports it so; Spark Connect as ``values`` and ``schema``.

@@ -14,7 +14,7 @@ from kedro_streaming._connectors.dataset import (
 )
 from kedro_streaming._connectors.kafka_checks import (
     BATCH_SIZE_OPTIONS,
-    _kafka_source_tasks,
+    source_tasks,
 )
 from kedro_streaming._spark import java_frame, jvm_of
 from kedro_streaming.errors import StreamingConfigError
@@ -138,7 +138,7 @@ def check_real_time_task_slots(
     problems = []
     for name in sinks:
         for source, dataset in sources_of(name).items():
-            tasks = _kafka_source_tasks(dataset)
+            tasks = source_tasks(dataset)
             if tasks is not None and tasks > slots:
                 problems.append(
                     f"'{name}' runs in Real-Time Mode, which holds a task per "

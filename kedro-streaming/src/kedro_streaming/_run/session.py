@@ -18,13 +18,17 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
 from kedro_streaming._connectors.delta import check_delta_package
-from kedro_streaming._run.jvm import _start_jvm
+from kedro_streaming._run.jvm import start_jvm
 from kedro_streaming._run.packages import (
-    _send_package,
     check_kafka_connector,
     local_scala_version,
     remember_resolution,
+    send_package,
     without_resolution,
+)
+from kedro_streaming._run.spark_settings import (
+    check_setting_classes,
+    check_spark_settings,
 )
 from kedro_streaming._spark import gateway_started, jvm_of
 from kedro_streaming.errors import StreamingConfigError
@@ -82,31 +86,8 @@ def spark_session() -> SparkSession:
     if active is not None:
         return active
     conf = dict(_settings)
-    resolved_here = False  # spark-submit resolved spark.jars.packages just now
     remote = conf.pop("spark.remote", None)
-    if remote:
-        conf.pop("spark.master", None)
-        # PySpark's own switch to Spark Connect: every getOrCreate() in this
-        # process (kedro-datasets' included) then returns this session.
-        os.environ["SPARK_REMOTE"] = remote
-    elif not gateway_started():
-        _set_ui_address(conf)
-        launch = without_resolution(conf)
-        resolved_here = launch is conf
-        _start_jvm(launch)
-    try:
-        spark = SparkSession.builder.config(map=conf).getOrCreate()
-    except Exception as error:  # Py4J's error: Spark refused a setting
-        if remote:
-            raise
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        cause = next((line for line in lines if "Exception:" in line), lines[0])
-        raise StreamingConfigError(
-            f"Spark did not start with the settings of spark.yml: {cause} Fix "
-            "conf/<env>/spark.yml (or the --params that set it)."
-        ) from None
-    if resolved_here:
-        remember_resolution(conf, spark.sparkContext.getConf().get("spark.jars", ""))
+    spark = _start(conf, remote)
     logger.info(
         "Spark %s on %s.",
         spark.version,
@@ -115,18 +96,7 @@ def spark_session() -> SparkSession:
     if remote:
         _log_settings_the_server_keeps(spark, conf, remote)
     else:
-        spark.sparkContext.setLogLevel("WARN")
-        if spark.sparkContext.uiWebUrl:
-            logger.info(
-                "Spark UI: %s (Structured Streaming tab: each query's batches).",
-                spark.sparkContext.uiWebUrl,
-            )
-        # Delta's MERGE keeps its source in a local checkpoint, and Spark warns
-        # that such an RDD cannot be recomputed, at every MERGE: not a problem.
-        log4j = jvm_of(spark).org.apache.logging.log4j
-        log4j.core.config.Configurator.setLevel(
-            "org.apache.spark.rdd.MapPartitionsRDD", log4j.Level.ERROR
-        )
+        _quiet_local_logs(spark)
     # The packages the running Spark loaded: a Connect server's or a cluster's
     # Spark may differ from the local PySpark.
     for check in (check_kafka_connector, check_delta_package):
@@ -141,14 +111,54 @@ def spark_session() -> SparkSession:
     if spark_location(spark):
         _send_project_code(spark)
     if not remote:
-        from kedro_streaming._run.spark_settings import (  # noqa: PLC0415
-            check_setting_classes,
-            check_spark_settings,
-        )
-
         check_spark_settings(spark, conf)
         check_setting_classes(spark, conf)
     return spark
+
+
+def _start(conf: dict[str, str], remote: str | None) -> SparkSession:
+    """Starts Spark with ``conf``: a JVM of this process (its packages
+    resolved once), or a session of the Spark Connect server ``remote``."""
+    resolved_here = False  # spark-submit resolved spark.jars.packages just now
+    if remote:
+        conf.pop("spark.master", None)
+        # PySpark's own switch to Spark Connect: every getOrCreate() in this
+        # process (kedro-datasets' included) then returns this session.
+        os.environ["SPARK_REMOTE"] = remote
+    elif not gateway_started():
+        _set_ui_address(conf)
+        launch = without_resolution(conf)
+        resolved_here = launch is conf
+        start_jvm(launch)
+    try:
+        spark = SparkSession.builder.config(map=conf).getOrCreate()
+    except Exception as error:  # Py4J's error: Spark refused a setting
+        if remote:
+            raise
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        cause = next((line for line in lines if "Exception:" in line), lines[0])
+        raise StreamingConfigError(
+            f"Spark did not start with the settings of spark.yml: {cause} Fix "
+            "conf/<env>/spark.yml (or the --params that set it)."
+        ) from None
+    if resolved_here:
+        remember_resolution(conf, spark.sparkContext.getConf().get("spark.jars", ""))
+    return spark
+
+
+def _quiet_local_logs(spark: SparkSession) -> None:
+    spark.sparkContext.setLogLevel("WARN")
+    if spark.sparkContext.uiWebUrl:
+        logger.info(
+            "Spark UI: %s (Structured Streaming tab: each query's batches).",
+            spark.sparkContext.uiWebUrl,
+        )
+    # Delta's MERGE keeps its source in a local checkpoint, and Spark warns
+    # that such an RDD cannot be recomputed, at every MERGE: not a problem.
+    log4j = jvm_of(spark).org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.rdd.MapPartitionsRDD", log4j.Level.ERROR
+    )
 
 
 def _set_ui_address(conf: dict[str, str]) -> None:
@@ -203,7 +213,7 @@ def _send_project_code(spark: SparkSession) -> None:
     if not kedro_project.PACKAGE_NAME:  # not in a Kedro project, e.g. a notebook
         return
     for name in (kedro_project.PACKAGE_NAME, __package__):
-        _send_package(spark, name)
+        send_package(spark, name)
 
 
 class SparkHooks:

@@ -8,7 +8,7 @@ import logging
 
 from pyspark.sql import SparkSession
 
-from kedro_streaming._spark import jvm_of
+from kedro_streaming._spark import class_loads, jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
 # The checks' logger, as named before 0.7.0.
@@ -60,7 +60,7 @@ def check_setting_classes(spark: SparkSession, conf: dict[str, str]) -> None:
     missing = [
         f"  - {key}: {conf[key]}"
         for key in CLASS_SETTINGS
-        if key in conf and jvm is not None and not _class_loads(jvm, conf[key])
+        if key in conf and jvm is not None and not class_loads(spark, conf[key])
     ]
     if missing:
         raise StreamingConfigError(
@@ -71,13 +71,3 @@ def check_setting_classes(spark: SparkSession, conf: dict[str, str]) -> None:
             "in its checkpointing package from 4.1), or drop the line for "
             "Spark's default."
         )
-
-
-def _class_loads(jvm, name: str) -> bool:
-    try:
-        jvm.java.lang.Class.forName(
-            name, False, jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        )
-    except Exception:  # noqa: BLE001 (Py4J wraps ClassNotFoundException)
-        return False
-    return True
