@@ -1,18 +1,17 @@
-import json
+"""A run's life through the hooks: checks before any query starts, the run
+starting what was checked, progress and figures, the console."""
+
 import logging
 import os
 import re
 import socket
-import subprocess
 import sys
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.request import urlopen
 
-import pyspark
 import pytest
-from kedro.framework.hooks.manager import _create_hook_manager
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 from kedro.runner import SequentialRunner
@@ -21,83 +20,18 @@ from kedro_streaming import (
     StreamingConfigError,
     StreamingQueryHooks,
 )
-from kedro_streaming._connectors.delta import (
-    check_delta_package,
-)
-from kedro_streaming._run import jvm, packages
 from kedro_streaming._run.catalog import check_paths_reach_the_cluster
 from kedro_streaming._run.checks import run_trigger
 from kedro_streaming._run.console import run_console
-from kedro_streaming._run.jvm import (
-    _claim_recording,
-    _prune_class_archives,
-    _record_installation,
-    class_archive,
-)
 from kedro_streaming._run.metrics import StreamMetrics
-from kedro_streaming._run.packages import (
-    check_kafka_connector,
-    remember_resolution,
-    without_resolution,
-)
 from kedro_streaming._run.progress import ProgressLog
-from kedro_streaming._run.realtime import (
-    check_real_time,
-    check_real_time_intervals,
-    check_real_time_task_slots,
-    real_time_plan_problem,
-)
 from kedro_streaming._run.state import StreamState
 from kedro_streaming.devtools.processes import DEFAULT_PORTS, port_is_free
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
 from rich.logging import RichHandler
 
-DATASET = "kedro_streaming.SparkStreamingDataset"
-SOURCE = {
-    "type": DATASET,
-    "filepath": "in",
-    "file_format": "json",
-    "load_args": {"schema": "id INT"},
-}
-
-
-@pytest.fixture(autouse=True)
-def in_a_folder_of_its_own(tmp_path_factory, monkeypatch):
-    """Each test in a folder of its own, where the source folder `in` is."""
-    folder = tmp_path_factory.mktemp("cwd")
-    (folder / "in").mkdir()
-    monkeypatch.chdir(folder)
-
-
-def sink(name: str, **save_args) -> dict:
-    return {
-        "type": DATASET,
-        "filepath": name,
-        "file_format": "parquet",
-        "save_args": {"checkpoint": f"data/checkpoints/{name}", **save_args},
-    }
-
-
-def kafka(**load_args) -> dict:
-    return {"type": DATASET, "file_format": "kafka", "load_args": load_args}
-
-
-def streaming_hooks(**settings) -> StreamingQueryHooks:
-    """The run's hooks, as after a context whose streaming.yml is ``settings``."""
-    hooks = StreamingQueryHooks()
-    hooks.after_context_created(
-        type("Context", (), {"config_loader": {"streaming": settings}})
-    )
-    return hooks
-
-
-def registered(hooks: StreamingQueryHooks):
-    """A hook manager with ``hooks``, for a runner to drive as Kedro's does."""
-    manager = _create_hook_manager()
-    manager.register(hooks)
-    return manager
-
+from tests.helpers import DATASET, SOURCE, kafka, registered, sink, streaming_hooks
 
 # One bad configuration each: the catalog, then what the message must say.
 BAD_CONFIGURATIONS = {
@@ -186,77 +120,6 @@ def test_bad_configuration_fails_before_any_query_starts(case):
         hooks.before_pipeline_run({}, nodes, catalog)
     assert message in str(error.value) and "hunter2" not in str(error.value)
     assert all(catalog[name].query is None for name in config if name != "in")
-
-
-@pytest.mark.parametrize("spark_version", ["4.0.0", "4.0.2", "4.1.1", "4.2.0", "4.3.0"])
-def test_kafka_connector_must_match_the_running_spark(spark_version):
-    for wrong in ("3.5.1", "4.1.1" if spark_version != "4.1.1" else "4.2.0"):
-        packages = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{wrong}"
-        with pytest.raises(StreamingConfigError) as error:
-            check_kafka_connector(packages, spark_version, "2.13")
-        message = str(error.value)
-        assert f"spark-sql-kafka-0-10_2.13:{wrong}, but the running Spark is" in message
-        assert f"{spark_version} built for Scala 2.13" in message
-        assert f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}" in message
-
-    check_kafka_connector(
-        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}",
-        spark_version,
-        "2.13",
-    )
-    # A Spark Connect server's connector is fixed where the server starts.
-    with pytest.raises(StreamingConfigError, match="Fix: restart the server with"):
-        check_kafka_connector(
-            "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1",
-            spark_version,
-            None,
-            fix="restart the server with",
-        )
-
-
-# Each Spark line this project runs on, with the Delta package made for it
-# (Maven Central POMs: a line-suffixed artifact is built for its line, an
-# unsuffixed one per DELTA_BUILT_FOR). 4.0.1, 4.0.2 and 4.3.x are here too:
-# the checks hold for every release of a line, tested end to end or not.
-DELTA_FOR_SPARK = {
-    "4.0.0": "io.delta:delta-spark_4.0_2.13:4.4.0",
-    "4.0.2": "io.delta:delta-spark_4.0_2.13:4.4.0",
-    "4.1.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
-    "4.2.0": "io.delta:delta-spark_4.2_2.13:4.4.0",
-}
-
-
-@pytest.mark.parametrize("spark_version", [*DELTA_FOR_SPARK, "4.3.0"])
-def test_delta_package_must_be_built_for_the_running_spark(spark_version):
-    right = DELTA_FOR_SPARK.get(spark_version)
-    line = spark_version.rsplit(".", 1)[0]
-    if right:
-        check_delta_package(
-            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version},{right}",
-            spark_version,
-            "2.13",
-        )
-    # The same Delta release built for another Spark line, suffixed or not.
-    for wrong, built_for in (
-        ("io.delta:delta-spark_2.13:3.2.0", "3.5"),
-        ("io.delta:delta-spark_2.13:4.3.0", "4.1"),
-        ("io.delta:delta-spark_2.13:4.4.0", "4.2"),
-        ("io.delta:delta-spark_4.0_2.13:4.4.0", "4.0"),
-        ("io.delta:delta-spark_4.1_2.13:4.4.0", "4.1"),
-    ):
-        if built_for == line:
-            check_delta_package(wrong, spark_version, "2.13")
-            continue
-        with pytest.raises(StreamingConfigError) as error:
-            check_delta_package(wrong, spark_version, "2.13")
-        message = str(error.value)
-        assert f"{wrong}, built for Spark {built_for}" in message
-        assert f"running Spark is {spark_version} built for Scala 2.13" in message
-        assert (
-            f"Fix: set spark.jars.packages in the environment's spark.yml to {right} ("
-            if right
-            else f"a Delta release built for Spark {line}; this project knows none"
-        ) in message
 
 
 def test_a_metrics_port_taken_or_not_a_port_fails_before_any_query_starts(spark):
@@ -683,245 +546,3 @@ def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
     assert series[("kedro_stream_last_batch_timestamp_seconds", late)] == (
         started.timestamp() + ran[-1].batchDuration / 1000
     )
-
-
-def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypatch):
-    """The same packages skip Ivy while every jar they resolved to is there;
-    other packages, a version that moves or a deleted jar resolve again."""
-    monkeypatch.setattr(packages, "RESOLVED_PACKAGES", tmp_path / "resolved")
-    jars = [tmp_path / "connector.jar", tmp_path / "clients.jar"]
-    for jar in jars:
-        jar.write_bytes(b"")
-    conf = {"spark.master": "local[2]", "spark.jars.packages": "org.example:a:1.0"}
-    assert without_resolution(conf) is conf  # nothing resolved yet
-
-    remember_resolution(conf, ",".join(jar.as_uri() for jar in jars))
-    assert without_resolution(conf) == {
-        "spark.master": "local[2]",
-        "spark.jars": f"{jars[0].as_uri()},{jars[1].as_uri()}",
-    }
-    other = {**conf, "spark.jars.packages": "org.example:a:1.1"}
-    assert without_resolution(other) is other
-    moving = {**conf, "spark.jars.packages": "org.example:a:1.1-SNAPSHOT"}
-    remember_resolution(moving, jars[0].as_uri())
-    assert without_resolution(moving) is moving
-    jars[1].unlink()
-    assert without_resolution(conf) is conf
-
-    # Where nothing can be written, every start resolves, and none fails.
-    (tmp_path / "a-file").write_bytes(b"")
-    monkeypatch.setattr(packages, "RESOLVED_PACKAGES", tmp_path / "a-file/resolved")
-    remember_resolution(conf, jars[0].as_uri())
-    assert without_resolution(conf) is conf
-
-
-# A session of the project's runtime in a process of its own, its JVM's
-# options the first argument. It runs no job: the fewer classes, the sooner
-# the JVM has written its archive.
-ONE_SESSION = """
-import sys
-import pyspark
-from kedro_streaming._run.session import configure_spark, spark_session
-configure_spark({
-    "spark.master": "local[1]",
-    "spark.ui.enabled": "false",
-    "spark.driver.extraJavaOptions": sys.argv[1],
-})
-assert spark_session().version == pyspark.__version__
-"""
-
-
-def test_spark_classes_archived_at_one_start_are_mapped_by_the_next(tmp_path):
-    """The first start records Spark's classes, the next maps them; an archive
-    the JVM cannot map is deleted and the session starts without it."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    archives = tmp_path / "cache" / "spark-class-archives"
-
-    def start(java_options: str = "") -> None:
-        subprocess.run(
-            [sys.executable, "-c", ONE_SESSION, java_options],
-            cwd=tmp_path,  # where a crashed JVM leaves its report
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-
-    start()
-    # Whole, and what it was recorded for: nothing partial or claimed is left.
-    archive, record = sorted(archives.iterdir(), key=lambda path: path.suffix)
-    assert (archive.suffix, record.name) == (".jsa", f"{archive.stem}.json")
-    assert json.loads(record.read_text())["spark_home"] == str(
-        Path(pyspark.__file__).parent
-    )
-
-    classes = tmp_path / "classes.log"
-    start(f"-Xlog:class+load=info:file={classes}")
-    assert "org.apache.spark.SparkContext source: shared objects file (top)" in (
-        classes.read_text()
-    )
-
-    archive.write_bytes(archive.read_bytes()[: 2**20])  # a copy cut short
-    start()  # starts all the same
-    assert not archive.exists()
-
-
-def test_one_process_at_a_time_records_the_class_archive(tmp_path, monkeypatch):
-    """While a running process records the archive, others start without;
-    the claim of a process that ended without archiving is taken over."""
-    monkeypatch.setattr(jvm, "CLASS_ARCHIVES", tmp_path)
-    archive = class_archive({})
-    assert archive.parent == tmp_path
-    assert class_archive({"spark.driver.extraJavaOptions": "-Xshare:off"}) is None
-
-    recording = _claim_recording(archive)
-    assert recording == archive.with_suffix(f".{os.getpid()}.partial")
-    assert _claim_recording(archive) is None  # this process is running
-
-    ended_pid = int(
-        subprocess.check_output([sys.executable, "-c", "import os; print(os.getpid())"])
-    )
-    archive.with_suffix(".recording").write_text(str(ended_pid))
-    left_behind = archive.with_suffix(f".{ended_pid}.partial")
-    left_behind.write_bytes(b"cut short")
-    assert _claim_recording(archive) == recording
-    assert not left_behind.exists()
-
-    archive.with_suffix(".failed").touch()  # a JVM that wrote no archive
-    assert class_archive({}) is None
-
-    # The archives of installations that are gone are deleted, others kept.
-    gone = tmp_path / "0123.jsa"
-    gone.write_bytes(b"classes")
-    gone.with_suffix(".json").write_text(json.dumps({"spark_home": "/removed"}))
-    _record_installation(archive)
-    _prune_class_archives()
-    assert {path.name for path in tmp_path.iterdir()} == {
-        archive.with_suffix(suffix).name
-        for suffix in (".failed", ".json", ".recording")
-    }
-
-
-def test_real_time_mode_needs_a_core_per_kafka_partition(spark):
-    """A partition beyond a local Spark's cores would never be read, silently:
-    refused before start (here local[2])."""
-    out = SparkStreamingDataset(
-        file_format="kafka",
-        save_args={"checkpoint": "c", "trigger": {"realTime": "1 minute"}},
-    )
-
-    def source(**load_args):
-        return SparkStreamingDataset(file_format="kafka", load_args=load_args)
-
-    def check(dataset):
-        check_real_time_task_slots(spark, {"out": out}, lambda _: {"in": dataset})
-
-    check(source(assign='{"trips": [0, 1]}'))
-    check(source(subscribePattern="trips.*"))  # partitions unknown before start
-    for too_many in (
-        source(assign='{"trips": [0, 1], "other": [0]}'),
-        source(assign='{"trips": [0]}', minPartitions="3"),
-    ):
-        with pytest.raises(StreamingConfigError, match=r"source 'in' \(3\)") as error:
-            check(too_many)
-        assert "Spark has 2 cores: 1 partition(s) would never be read" in str(
-            error.value
-        )
-
-
-def test_real_time_mode_is_refused_where_it_cannot_run(spark):
-    """Spark 4.0 has no Real-Time Mode, a bounded run cannot end one, and it
-    reads Kafka only, each record as it comes."""
-    out = SparkStreamingDataset(
-        file_format="kafka",
-        save_args={"checkpoint": "c", "trigger": {"realTime": "1 minute"}},
-    )
-    assert out.real_time
-    files = SparkStreamingDataset(filepath="in", file_format="json")
-    limited = SparkStreamingDataset(
-        file_format="kafka", load_args={"maxOffsetsPerTrigger": 100}
-    )
-    kafka_source = SparkStreamingDataset(file_format="kafka", load_args={})
-
-    def refusal(version, sources, bounded=False):
-        with pytest.raises(StreamingConfigError) as error:
-            check_real_time(version, {"out": out}, lambda _: sources, bounded=bounded)
-        return str(error.value)
-
-    assert "Spark 4.0.2 does not have: it came with Spark 4.1" in refusal(
-        "4.0.2", {"in": kafka_source}
-    )
-    assert "without `--params trigger=available_now`" in refusal(
-        "4.2.0", {"in": kafka_source}, bounded=True
-    )
-    assert "reads Kafka only, but its query reads 'in' (json)" in refusal(
-        "4.1.1", {"in": files}
-    )
-    assert "its source 'in' sets maxOffsetsPerTrigger, which" in refusal(
-        "4.3.0", {"in": limited}
-    )
-    delayed = SparkStreamingDataset(
-        file_format="kafka",
-        load_args={"minOffsetsPerTrigger": 10, "maxTriggerDelay": "5m"},
-    )
-    assert "sets minOffsetsPerTrigger and maxTriggerDelay, which Spark" in refusal(
-        "4.2.0", {"in": delayed}
-    )
-    # Spark's least interval (5 s by default), checked before the query
-    # starts; Spark would fail the started query.
-    hasty = SparkStreamingDataset(
-        file_format="kafka",
-        save_args={"checkpoint": "c", "trigger": {"realTime": "2 seconds"}},
-    )
-    with pytest.raises(StreamingConfigError) as error:
-        check_real_time_intervals(spark, {"hasty": hasty, "out": out})
-    assert str(error.value) == (
-        "Real-Time Mode cannot run here:\n  - 'hasty' would checkpoint every 2 "
-        "seconds, more often than Spark allows in Real-Time Mode "
-        "(spark.sql.streaming.realTimeMode.minBatchDuration: 5 s): give its "
-        "realTime trigger in the catalog 5 seconds or more"
-    )
-    for version in ("4.1.1", "4.2.0", "4.3.0"):
-        check_real_time(
-            version, {"out": out}, lambda _: {"in": kafka_source}, bounded=False
-        )
-
-    # Stateful operators: none before Spark 4.3, aggregations and
-    # dropDuplicates from 4.3 on. A join with a static table keeps no state.
-    stream = spark.readStream.format("rate").load()
-    static = spark.range(3).withColumnRenamed("id", "value")
-    stateless = stream.join(static, "value", "left").select("value", "timestamp")
-    windows = (
-        stream.withWatermark("timestamp", "1 minute")
-        .groupBy(F.window("timestamp", "1 minute"))
-        .count()
-    )
-    deduplicated = stream.dropDuplicates(["value"])
-    for version in ("4.1.1", "4.2.0", "4.3.0"):
-        assert real_time_plan_problem(stateless, version) is None
-    for frame, operator in ((windows, "Aggregate"), (deduplicated, "Deduplicate")):
-        problem = real_time_plan_problem(frame, "4.2.0")
-        assert (
-            f"Spark 4.2.0 does not run the stateful operation(s) {operator}" in problem
-        )
-        assert real_time_plan_problem(frame, "4.3.0") is None
-
-
-def test_a_kafka_sink_needs_a_topic_option_or_column(spark):
-    sink_without_topic = SparkStreamingDataset(
-        file_format="kafka", save_args={"checkpoint": "c"}
-    )
-    rows = spark.createDataFrame([("k", "v")], "key STRING, value STRING")
-    assert sink_without_topic.data_problems(rows) == [
-        "writes to Kafka without a topic: add `save_args: {topic: ...}`, or give "
-        "each row its topic in a `topic` column"
-    ]
-    assert sink_without_topic.data_problems(rows.withColumn("topic", F.lit("t"))) == []
-    # A struct value with a topic column: one record per topic, each a struct.
-    routed = spark.sql(
-        "SELECT 't' AS topic, named_struct('t', named_struct('n', 1), 'n', 2) AS value"
-    )
-    assert sink_without_topic.data_problems(routed) == [
-        "names each row's topic in a `topic` column, so its `value` must hold one "
-        "record (a struct) per topic, named after it; n is not a struct"
-    ]

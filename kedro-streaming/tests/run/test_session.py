@@ -1,0 +1,248 @@
+"""What a local run's Spark UI exposes, as configured before Spark starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyspark
+import pytest
+from kedro_streaming import (
+    StreamingConfigError,
+)
+from kedro_streaming._connectors.delta import (
+    check_delta_package,
+)
+from kedro_streaming._run import jvm, packages, session
+from kedro_streaming._run.jvm import (
+    _claim_recording,
+    _prune_class_archives,
+    _record_installation,
+    class_archive,
+)
+from kedro_streaming._run.packages import (
+    check_kafka_connector,
+    remember_resolution,
+    without_resolution,
+)
+
+# Each Spark line this project runs on, with the Delta package made for it
+# (Maven Central POMs: a line-suffixed artifact is built for its line, an
+# unsuffixed one per DELTA_BUILT_FOR). 4.0.1, 4.0.2 and 4.3.x are here too:
+# the checks hold for every release of a line, tested end to end or not.
+DELTA_FOR_SPARK = {
+    "4.0.0": "io.delta:delta-spark_4.0_2.13:4.4.0",
+    "4.0.2": "io.delta:delta-spark_4.0_2.13:4.4.0",
+    "4.1.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
+    "4.2.0": "io.delta:delta-spark_4.2_2.13:4.4.0",
+}
+
+
+# A session of the project's runtime in a process of its own, its JVM's
+# options the first argument. It runs no job: the fewer classes, the sooner
+# the JVM has written its archive.
+ONE_SESSION = """
+import sys
+import pyspark
+from kedro_streaming._run.session import configure_spark, spark_session
+configure_spark({
+    "spark.master": "local[1]",
+    "spark.ui.enabled": "false",
+    "spark.driver.extraJavaOptions": sys.argv[1],
+})
+assert spark_session().version == pyspark.__version__
+"""
+
+
+@pytest.fixture
+def restored():
+    """The module's settings as they were: other tests' session is built from them."""
+    settings, address = dict(session._settings), list(session._ui_address)
+    yield
+    session._settings.clear()
+    session._settings.update(settings)
+    session._ui_address[:] = address
+
+
+@pytest.mark.usefixtures("restored")
+def test_spark_ui_on_this_machine_without_kill_links_unless_asked():
+    session.configure_spark({"spark.master": "local[1]"}, {})
+    assert session._settings["spark.ui.killEnabled"] == "false"
+    assert session._ui_address == ["127.0.0.1"]
+
+    session.configure_spark(
+        {"spark.master": "local[1]"},
+        {"spark_ui_address": "0.0.0.0", "spark_ui_kill_enabled": True},
+    )
+    assert session._settings["spark.ui.killEnabled"] == "true"
+    assert session._ui_address == ["0.0.0.0"]
+
+    # spark.yml's own setting wins.
+    session.configure_spark(
+        {"spark.master": "local[1]", "spark.ui.killEnabled": True},
+        {"spark_ui_kill_enabled": False},
+    )
+    assert session._settings["spark.ui.killEnabled"] == "True"
+
+
+@pytest.mark.parametrize("spark_version", ["4.0.0", "4.0.2", "4.1.1", "4.2.0", "4.3.0"])
+def test_kafka_connector_must_match_the_running_spark(spark_version):
+    for wrong in ("3.5.1", "4.1.1" if spark_version != "4.1.1" else "4.2.0"):
+        packages = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{wrong}"
+        with pytest.raises(StreamingConfigError) as error:
+            check_kafka_connector(packages, spark_version, "2.13")
+        message = str(error.value)
+        assert f"spark-sql-kafka-0-10_2.13:{wrong}, but the running Spark is" in message
+        assert f"{spark_version} built for Scala 2.13" in message
+        assert f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}" in message
+
+    check_kafka_connector(
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}",
+        spark_version,
+        "2.13",
+    )
+    # A Spark Connect server's connector is fixed where the server starts.
+    with pytest.raises(StreamingConfigError, match="Fix: restart the server with"):
+        check_kafka_connector(
+            "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1",
+            spark_version,
+            None,
+            fix="restart the server with",
+        )
+
+
+@pytest.mark.parametrize("spark_version", [*DELTA_FOR_SPARK, "4.3.0"])
+def test_delta_package_must_be_built_for_the_running_spark(spark_version):
+    right = DELTA_FOR_SPARK.get(spark_version)
+    line = spark_version.rsplit(".", 1)[0]
+    if right:
+        check_delta_package(
+            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version},{right}",
+            spark_version,
+            "2.13",
+        )
+    # The same Delta release built for another Spark line, suffixed or not.
+    for wrong, built_for in (
+        ("io.delta:delta-spark_2.13:3.2.0", "3.5"),
+        ("io.delta:delta-spark_2.13:4.3.0", "4.1"),
+        ("io.delta:delta-spark_2.13:4.4.0", "4.2"),
+        ("io.delta:delta-spark_4.0_2.13:4.4.0", "4.0"),
+        ("io.delta:delta-spark_4.1_2.13:4.4.0", "4.1"),
+    ):
+        if built_for == line:
+            check_delta_package(wrong, spark_version, "2.13")
+            continue
+        with pytest.raises(StreamingConfigError) as error:
+            check_delta_package(wrong, spark_version, "2.13")
+        message = str(error.value)
+        assert f"{wrong}, built for Spark {built_for}" in message
+        assert f"running Spark is {spark_version} built for Scala 2.13" in message
+        assert (
+            f"Fix: set spark.jars.packages in the environment's spark.yml to {right} ("
+            if right
+            else f"a Delta release built for Spark {line}; this project knows none"
+        ) in message
+
+
+def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypatch):
+    """The same packages skip Ivy while every jar they resolved to is there;
+    other packages, a version that moves or a deleted jar resolve again."""
+    monkeypatch.setattr(packages, "RESOLVED_PACKAGES", tmp_path / "resolved")
+    jars = [tmp_path / "connector.jar", tmp_path / "clients.jar"]
+    for jar in jars:
+        jar.write_bytes(b"")
+    conf = {"spark.master": "local[2]", "spark.jars.packages": "org.example:a:1.0"}
+    assert without_resolution(conf) is conf  # nothing resolved yet
+
+    remember_resolution(conf, ",".join(jar.as_uri() for jar in jars))
+    assert without_resolution(conf) == {
+        "spark.master": "local[2]",
+        "spark.jars": f"{jars[0].as_uri()},{jars[1].as_uri()}",
+    }
+    other = {**conf, "spark.jars.packages": "org.example:a:1.1"}
+    assert without_resolution(other) is other
+    moving = {**conf, "spark.jars.packages": "org.example:a:1.1-SNAPSHOT"}
+    remember_resolution(moving, jars[0].as_uri())
+    assert without_resolution(moving) is moving
+    jars[1].unlink()
+    assert without_resolution(conf) is conf
+
+    # Where nothing can be written, every start resolves, and none fails.
+    (tmp_path / "a-file").write_bytes(b"")
+    monkeypatch.setattr(packages, "RESOLVED_PACKAGES", tmp_path / "a-file/resolved")
+    remember_resolution(conf, jars[0].as_uri())
+    assert without_resolution(conf) is conf
+
+
+def test_spark_classes_archived_at_one_start_are_mapped_by_the_next(tmp_path):
+    """The first start records Spark's classes, the next maps them; an archive
+    the JVM cannot map is deleted and the session starts without it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    archives = tmp_path / "cache" / "spark-class-archives"
+
+    def start(java_options: str = "") -> None:
+        subprocess.run(
+            [sys.executable, "-c", ONE_SESSION, java_options],
+            cwd=tmp_path,  # where a crashed JVM leaves its report
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+
+    start()
+    # Whole, and what it was recorded for: nothing partial or claimed is left.
+    archive, record = sorted(archives.iterdir(), key=lambda path: path.suffix)
+    assert (archive.suffix, record.name) == (".jsa", f"{archive.stem}.json")
+    assert json.loads(record.read_text())["spark_home"] == str(
+        Path(pyspark.__file__).parent
+    )
+
+    classes = tmp_path / "classes.log"
+    start(f"-Xlog:class+load=info:file={classes}")
+    assert "org.apache.spark.SparkContext source: shared objects file (top)" in (
+        classes.read_text()
+    )
+
+    archive.write_bytes(archive.read_bytes()[: 2**20])  # a copy cut short
+    start()  # starts all the same
+    assert not archive.exists()
+
+
+def test_one_process_at_a_time_records_the_class_archive(tmp_path, monkeypatch):
+    """While a running process records the archive, others start without;
+    the claim of a process that ended without archiving is taken over."""
+    monkeypatch.setattr(jvm, "CLASS_ARCHIVES", tmp_path)
+    archive = class_archive({})
+    assert archive.parent == tmp_path
+    assert class_archive({"spark.driver.extraJavaOptions": "-Xshare:off"}) is None
+
+    recording = _claim_recording(archive)
+    assert recording == archive.with_suffix(f".{os.getpid()}.partial")
+    assert _claim_recording(archive) is None  # this process is running
+
+    ended_pid = int(
+        subprocess.check_output([sys.executable, "-c", "import os; print(os.getpid())"])
+    )
+    archive.with_suffix(".recording").write_text(str(ended_pid))
+    left_behind = archive.with_suffix(f".{ended_pid}.partial")
+    left_behind.write_bytes(b"cut short")
+    assert _claim_recording(archive) == recording
+    assert not left_behind.exists()
+
+    archive.with_suffix(".failed").touch()  # a JVM that wrote no archive
+    assert class_archive({}) is None
+
+    # The archives of installations that are gone are deleted, others kept.
+    gone = tmp_path / "0123.jsa"
+    gone.write_bytes(b"classes")
+    gone.with_suffix(".json").write_text(json.dumps({"spark_home": "/removed"}))
+    _record_installation(archive)
+    _prune_class_archives()
+    assert {path.name for path in tmp_path.iterdir()} == {
+        archive.with_suffix(suffix).name
+        for suffix in (".failed", ".json", ".recording")
+    }
