@@ -28,8 +28,17 @@ datasets, and its nodes may call ``check_expectations``:
   project's own code, with the brokers and credentials its pipelines use.
 - ``testing.StreamTest``: a node or pipeline run on chosen micro-batches
   (the ``stream_test`` pytest fixture of this distribution).
+- ``KafkaSecurity``, ``SchemaRegistry``, ``avro_framer``, ``avro_reader``:
+  a Kafka credentials entry for any client; a schema registry and Avro in
+  Confluent's wire format, for a project's producers and consumers.
+- ``check_kafka_connector``, ``check_delta_package``, ``delta_package_for``,
+  ``local_scala_version``: what ``spark.yml``'s packages must be for a Spark.
 - ``kedro streams ...``: status, validate, reset, optimize, vacuum, and the
-  development services (broker, cluster, connect, submit).
+  development services (broker, registry, cluster, connect, submit, send,
+  watch; the ``dev`` extra, ``kedro_streaming.devtools``).
+
+Only these names (``__all__``), ``kedro_streaming.testing`` and
+``kedro_streaming.devtools`` are public: the modules behind them are private.
 """
 
 from __future__ import annotations
