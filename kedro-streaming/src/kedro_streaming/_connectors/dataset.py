@@ -26,6 +26,7 @@ from kedro_streaming._connectors.entry_keys import (
     unknown_key_problems,
 )
 from kedro_streaming._connectors.files import (
+    SELF_DESCRIBING_FORMATS,
     file_source_problems,
 )
 from kedro_streaming._connectors.kafka import (
@@ -41,7 +42,6 @@ from kedro_streaming._connectors.streams import (
     read_stream,
     start_query,
 )
-from kedro_streaming._run.sink_schemas import SELF_DESCRIBING_FORMATS
 
 # Every sink counts the rows it writes under this name, in the query's progress.
 ROWS_WRITTEN_METRIC = "rows_written"

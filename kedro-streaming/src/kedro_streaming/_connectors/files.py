@@ -177,3 +177,7 @@ class Files(Connector):
         return _sinks_inside_sources(
             run.sinks, run.sources
         ) + _file_sinks_ahead_of_their_checkpoint(run.sinks)
+
+
+# Formats whose files carry their schema, which Spark merges across files.
+SELF_DESCRIBING_FORMATS = ("parquet", "orc")

@@ -111,7 +111,7 @@ def _client_arguments(
         StreamingConfigError: No broker is configured, a store does not load,
             or the brokers refuse the connection (the message says why).
     """
-    from kedro_streaming._run.project import project_config  # noqa: PLC0415
+    from kedro_streaming._project import project_config  # noqa: PLC0415
 
     root = Path(project_path or Path.cwd())
     if dataset is not None:
@@ -133,7 +133,7 @@ def _client_arguments(
 def _dataset_config(env: str, name: str, root: Path) -> dict[str, Any]:
     """A catalog dataset's kafka-python settings, as its query connects."""
     from kedro_streaming._connectors.dataset import SparkStreamingDataset  # noqa: PLC0415 (imports PySpark)
-    from kedro_streaming._run.project import project_catalog  # noqa: PLC0415
+    from kedro_streaming._project import project_catalog  # noqa: PLC0415
 
     catalog = project_catalog(env, root)
     dataset = catalog.get(name) if name in catalog else None

@@ -17,9 +17,9 @@ from kedro_streaming._connectors.delta import (
     create_delta_table,
     upsert_batches,
 )
+from kedro_streaming._connectors.files import SELF_DESCRIBING_FORMATS
 from kedro_streaming._connectors.sink_args import SinkArgs
 from kedro_streaming._run.session import spark_session
-from kedro_streaming._run.sink_schemas import SELF_DESCRIBING_FORMATS
 from kedro_streaming._spark import with_trigger
 
 # Formats whose schema is fixed or carried by the data itself.

@@ -26,10 +26,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
+from kedro_streaming._connectors.files import SELF_DESCRIBING_FORMATS
 from kedro_streaming._spark import java_frame, jvm_of
 
-# Formats whose files carry their schema, which Spark merges across files.
-SELF_DESCRIBING_FORMATS = ("parquet", "orc")
 DELTA_FORMAT = "delta"
 # Spark's physical operators that keep state, by class name.
 _STATEFUL_OPERATORS = (

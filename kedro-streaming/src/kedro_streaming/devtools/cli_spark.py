@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 import kedro_streaming
-from kedro_streaming._run.project import project_config
+from kedro_streaming._project import project_config
 from kedro_streaming.devtools import spark
 from kedro_streaming.devtools.cli_base import (
     ServiceCommand,

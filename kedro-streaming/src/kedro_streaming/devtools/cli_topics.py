@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from kedro_streaming import SchemaRegistry, StreamingConfigError, avro_reader
-from kedro_streaming._run.project import project_config
+from kedro_streaming._project import project_config
 from kedro_streaming.devtools import kafka
 from kedro_streaming.devtools.cli_base import ServiceCommand
 from kedro_streaming.devtools.processes import say

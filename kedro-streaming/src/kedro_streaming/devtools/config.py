@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kedro_streaming._run.project import project_config  # noqa: F401 (its home)
+from kedro_streaming._project import project_config  # noqa: F401 (its home)
 
 
 def kafka_conf(env: str) -> tuple[dict[str, Any], dict[str, Any]]:
