@@ -52,8 +52,8 @@ pipelines_option = click.option(
     type=str,
     default="",
     callback=split_string,
-    help="Comma-separated pipelines, as for `kedro run` (default: validate, "
-    "__default__; the other commands, every pipeline).",
+    help="Comma-separated pipelines, as for `kedro run` (by default "
+    "`validate` checks __default__, the other commands every pipeline).",
 )
 
 

@@ -4,7 +4,9 @@ checkpoints beside them: what a folder must be before a query starts."""
 from __future__ import annotations
 
 import difflib
+import json
 import os
+import urllib.parse
 from pathlib import Path
 
 import fsspec
@@ -14,6 +16,8 @@ from kedro_streaming._connectors.base import Connector, Entry, RunEntries
 # Spark's file sinks only append; other output modes need a sink that can
 # update or replace what it wrote.
 APPEND_ONLY_FORMATS = ("parquet", "json", "csv", "orc", "text", "avro")
+# The formats Spark's file source reads (its checkpoint logs each file).
+FILE_FORMATS = APPEND_ONLY_FORMATS
 
 
 def _sinks_inside_sources(
@@ -59,7 +63,11 @@ def _file_sinks_ahead_of_their_checkpoint(
     for name, dataset in sinks.items():
         if dataset.file_format not in APPEND_ONLY_FORMATS or not dataset.path:
             continue
-        if dataset.foreach_batch or has_progress(dataset.checkpoint):
+        # No checkpoint (or a misspelt key) is named on its own: its fix is
+        # that line, not a reset.
+        if not dataset.checkpoint or dataset.foreach_batch:
+            continue
+        if has_progress(dataset.checkpoint):
             continue
         fs, root = fsspec.core.url_to_fs(dataset.path)
         log = f"{root}/_spark_metadata"
@@ -169,14 +177,75 @@ def _missing_local_folder(path: str | None) -> str | None:
 
 class Files(Connector):
     """File sources and sinks: a sink inside a source's folder, a sink folder
-    written under an earlier checkpoint."""
+    written under an earlier checkpoint, logs that name another folder (a
+    project moved or copied with its data)."""
 
     name = "files"
 
     def problems(self, run: RunEntries) -> list[str]:
-        return _sinks_inside_sources(
-            run.sinks, run.sources
-        ) + _file_sinks_ahead_of_their_checkpoint(run.sinks)
+        return (
+            _sinks_inside_sources(run.sinks, run.sources)
+            + _file_sinks_ahead_of_their_checkpoint(run.sinks)
+            + _logs_of_another_folder(run)
+        )
+
+
+def _logs_of_another_folder(run: RunEntries) -> list[str]:
+    """A checkpoint, or a file sink's log, that names files of another folder:
+    Spark keeps absolute paths, so a project moved or copied with its
+    checkpoints would fail at the first batch (``Wrong basePath``), and
+    again at every restart."""
+    problems = []
+    for name, sink in run.sinks.items():
+        read = [
+            source
+            for source, sinks in run.readers.items()
+            if name in sinks and run.sources[source].file_format in FILE_FORMATS
+        ]
+        folders = [_folder(run.sources[s].path) for s in read if run.sources[s].path]
+        recorded = _recorded_folder(sink.checkpoint, "sources/0") if read else None
+        if recorded and folders and not any(_inside(recorded, f) for f in folders):
+            problems.append(
+                f"'{name}' has a checkpoint that read '{recorded}', not "
+                f"{' or '.join(repr(str(f)) for f in folders)}: the project (or "
+                "its data) moved with its checkpoints, which keep absolute paths, "
+                "and Spark would fail at the first batch. Start the query afresh "
+                f"here with `kedro streams reset {name}`, or run it where it was"
+            )
+        if sink.file_format in APPEND_ONLY_FORMATS and sink.path:
+            written = _recorded_folder(sink.path, "_spark_metadata")
+            if written and not _inside(written, _folder(sink.path)):
+                problems.append(
+                    f"'{name}' has a log that names files in '{written}', not in "
+                    f"its folder '{sink.path}': the project (or its data) moved, "
+                    "and Spark's file sink keeps absolute paths, so a stream "
+                    "over it would fail. Start it afresh here with `kedro "
+                    f"streams reset {name}`, or run it where it was"
+                )
+    return problems
+
+
+def _recorded_folder(root: str | None, log: str) -> Path | None:
+    """The folder of the first file the newest entry of a Spark file log
+    (``<root>/<log>/<batch>``) names, if ``root`` is local and has one."""
+    if not root or ("://" in root and not root.startswith("file:")):
+        return None
+    folder = _folder(root) / log
+    entries = [p for p in folder.glob("*") if p.name.split(".")[0].isdigit()]
+    if not entries:
+        return None
+    newest = max(entries, key=lambda p: int(p.name.split(".")[0]))
+    for line in newest.read_text(errors="replace").splitlines()[1:]:
+        try:
+            path = json.loads(line)["path"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        return Path(urllib.parse.urlparse(path).path).parent
+    return None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
 
 
 # Formats whose files carry their schema, which Spark merges across files.

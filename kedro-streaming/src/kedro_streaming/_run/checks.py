@@ -137,9 +137,13 @@ def check_runtime_params(config_loader: Any) -> None:
 
 
 def check_configuration(
-    sinks: dict[str, SparkStreamingDataset], sources: dict[str, SparkStreamingDataset]
+    sinks: dict[str, SparkStreamingDataset],
+    sources: dict[str, SparkStreamingDataset],
+    readers: dict[str, list[str]] | None = None,
 ) -> None:
-    """Fails, naming every problem and its fix, unless the datasets can work."""
+    """Fails, naming every problem and its fix, unless the datasets can work.
+
+    ``readers`` maps each source to the sinks whose queries read it."""
     problems = [
         f"'{name}' {problem}"
         for name, dataset in sinks.items()
@@ -150,7 +154,7 @@ def check_configuration(
         for name, dataset in sources.items()
         for problem in dataset.source_problems()
     ]
-    run = RunEntries(sources, sinks)
+    run = RunEntries(sources, sinks, readers or {})
     problems += [p for connector in CONNECTORS for p in connector.problems(run)]
     where = {
         name: normal_path(d.checkpoint) for name, d in sinks.items() if d.checkpoint
@@ -192,7 +196,11 @@ def check_before_spark(
     sinks = streaming_datasets(catalog, pipeline.all_outputs())
     sources = streaming_datasets(catalog, pipeline.inputs())
     check_streams_have_sinks(catalog, pipeline, {**sources, **sinks}, other_envs)
-    check_configuration(sinks, sources)
+    readers = {
+        source: [s for s in sinks if source in query_sources(catalog, pipeline, s)]
+        for source in sources
+    }
+    check_configuration(sinks, sources, readers)
     for connector in CONNECTORS:
         connector.check_before_spark(RunEntries(sources, sinks, settings=settings))
     running = {name: info for name, info in state.running().items() if name in sinks}

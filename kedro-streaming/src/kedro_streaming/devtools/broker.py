@@ -132,7 +132,11 @@ def start(
         if port and not port_is_free(port):
             # Most likely another broker (Docker's?) on the same port: say so
             # rather than start a second one that clients would not reach.
-            raise BrokerError(f"port {port} is in use: is another Kafka running?")
+            raise BrokerError(
+                f"port {port} is in use: is another Kafka running? Choose another "
+                "with --port (--port 0: a free one), then set kafka.bootstrap_servers "
+                "in conf/<env>/globals.yml to the address it prints"
+            )
         kafka = LocalKafka(
             port=port or None,
             sasl_users=sasl_users or None,
