@@ -57,11 +57,7 @@ COMPILE_ONLY = {
 }
 # Names whose docstring has no example yet, and why; each test of theirs is
 # expected to fail until it has one (then take the name out).
-NO_EXAMPLE_YET = {
-    "StreamingQueryHooks": (
-        "its docstring is in _run/hooks.py, which another change is splitting"
-    ),
-}
+NO_EXAMPLE_YET: dict[str, str] = {}
 _HEADING = re.compile(r"^(\s*)Example:\s*$")
 _FENCE = re.compile(r"^```(\w+)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 

@@ -69,8 +69,8 @@ _PUBLIC = {
     "StreamingQueryHooks": "._run.hooks",
     "SparkHooks": "._run.session",
     "spark_session": "._run.session",
-    "check_kafka_connector": "._run.session",
-    "local_scala_version": "._run.session",
+    "check_kafka_connector": "._run.packages",
+    "local_scala_version": "._run.packages",
 }
 
 __getattr__, __dir__, __all__ = attach(__name__, _PUBLIC)

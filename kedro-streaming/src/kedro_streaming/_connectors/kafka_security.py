@@ -93,7 +93,7 @@ def jaas_options(config: str) -> dict[str, str]:
 class KafkaSecurity:
     """The security settings of one Kafka credentials entry.
 
-    Example (conf/<env>/credentials.yml, named by a dataset's ``credentials:``)::
+    The entry (conf/<env>/credentials.yml, named by a dataset's ``credentials:``)::
 
         kafka:
           security_protocol: SSL
@@ -102,6 +102,20 @@ class KafkaSecurity:
           kafka.ssl.keystore.location: certs/client.p12   # mutual TLS
           kafka.ssl.keystore.type: PKCS12
           kafka.ssl.keystore.password: ${oc.env:KAFKA_KEYSTORE_PASSWORD}
+
+    Example:
+        >>> from kedro_streaming import KafkaSecurity
+        >>> security = KafkaSecurity(  # a credentials.yml entry, as a dataset reads it
+        ...     {"security_protocol": "SASL_PLAINTEXT", "username": "taxi-app",
+        ...      "sasl_mechanism": "SCRAM-SHA-512", "password": "s3cret"}
+        ... )
+        >>> security.username, security.uses_tls
+        ('taxi-app', False)
+        >>> security.spark_options()["kafka.sasl.jaas.config"]
+        '...ScramLoginModule required username="taxi-app" password="s3cret";'
+        >>> sorted(security.kafka_python())
+        ['sasl_mechanism', 'sasl_plain_password', 'sasl_plain_username',
+         'security_protocol']
     """
 
     def __init__(self, credentials: Mapping[str, Any] | None = None) -> None:

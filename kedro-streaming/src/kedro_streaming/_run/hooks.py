@@ -48,7 +48,16 @@ logger = logging.getLogger("kedro_streaming.queries")
 
 
 class StreamingQueryHooks:
-    """Checks, sequences, watches and stops the run's streaming queries."""
+    """Checks, sequences, watches and stops the run's streaming queries.
+
+    Example:
+        ```python
+        # src/<package>/settings.py
+        from kedro_streaming import SparkHooks, StreamingQueryHooks
+
+        HOOKS = (SparkHooks(), StreamingQueryHooks())
+        ```
+    """
 
     def __init__(self) -> None:
         self._other_envs = dict

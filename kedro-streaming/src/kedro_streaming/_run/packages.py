@@ -136,6 +136,17 @@ def check_kafka_connector(
         spark_version: The version of the Spark that runs.
         scala_version: Its Scala binary version, if known.
         fix: Where to set the right connector; by default ``spark.yml``.
+
+    Example:
+        >>> from kedro_streaming import check_kafka_connector
+        >>> package = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
+        >>> check_kafka_connector(package, "4.1.1", "2.13")  # it fits: no error
+        >>> check_kafka_connector(package, "4.2.0", "2.13")
+        Traceback (most recent call last):
+          ...
+        kedro_streaming.errors.StreamingConfigError: spark.yml asks for the Kafka
+        connector org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1, but the running
+        Spark is 4.2.0 ... use org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0, ...
     """
     for match in _SPARK_PACKAGE.finditer(packages):
         wrong_version = match["version"] != spark_version
@@ -154,7 +165,17 @@ def check_kafka_connector(
 
 
 def local_scala_version() -> str | None:
-    """The Scala binary version of the Spark jars bundled with PySpark, e.g. 2.13."""
+    """The Scala binary version of the Spark jars bundled with PySpark, e.g. 2.13.
+
+    Example:
+        >>> import pyspark
+        >>> from kedro_streaming import check_kafka_connector, local_scala_version
+        >>> local_scala_version()  # PySpark 4 bundles Spark built for Scala 2.13
+        '2.13'
+        >>> version = pyspark.__version__
+        >>> spark_yml = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
+        >>> check_kafka_connector(spark_yml, version, local_scala_version())
+    """
     jars = Path(pyspark.__file__).parent / "jars"
     for jar in jars.glob("scala-library-*.jar"):
         found = re.match(r"scala-library-(\d+\.\d+)", jar.name)
@@ -165,5 +186,3 @@ def local_scala_version() -> str | None:
 
 # The jars `spark.jars.packages` resolved to, remembered per set of packages
 # so that later starts skip Ivy (about 0.5 s at every `kedro run`, with every
-# jar already downloaded). Delete the folder to make Spark resolve again.
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

@@ -81,6 +81,15 @@ def spark_session() -> SparkSession:
     ``spark.master`` says where Spark runs (``local[2]``, ``spark://``, ``yarn``,
     ``k8s://``); ``spark.remote`` (``sc://host:15002``) uses a Spark Connect
     server instead, and then ``spark.master`` is the server's to choose.
+
+    Example:
+        ```python
+        # In `kedro ipython` (or a notebook of the project): no pipeline runs.
+        from kedro_streaming import spark_session
+
+        spark = spark_session()  # from conf/<env>/spark.yml, at the first call
+        spark.read.parquet("data/02_intermediate/bronze_trips").count()
+        ```
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -217,7 +226,22 @@ def _send_project_code(spark: SparkSession) -> None:
 
 
 class SparkHooks:
-    """Reads ``spark.yml``; the session itself starts with the first pipeline run."""
+    """Reads ``spark.yml``; the session itself starts with the first pipeline run.
+
+    Example:
+        ```python
+        # src/<package>/settings.py
+        from kedro_streaming import SparkHooks, StreamingQueryHooks
+
+        HOOKS = (SparkHooks(), StreamingQueryHooks())
+        CONFIG_LOADER_ARGS = {
+            "config_patterns": {
+                "spark": ["spark*", "spark*/**"],
+                "streaming": ["streaming*", "streaming*/**"],
+            },
+        }
+        ```
+    """
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
