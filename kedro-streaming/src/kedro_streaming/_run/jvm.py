@@ -102,8 +102,17 @@ def class_archive(conf: dict[str, str]) -> Path | None:
     if installation is None:  # no Java: spark-submit says so itself
         return None
     java, spark_home = installation
+    # The jars' folder's time too: a PySpark reinstalled at the same path has
+    # new jars, which the JVM refuses to map against an older archive.
+    jars = Path(spark_home, "jars")
     key = json.dumps(
-        [str(java), java.stat().st_mtime_ns, spark_home, pyspark.__version__]
+        [
+            str(java),
+            java.stat().st_mtime_ns,
+            spark_home,
+            pyspark.__version__,
+            jars.stat().st_mtime_ns if jars.is_dir() else None,
+        ]
     )
     archive = CLASS_ARCHIVES / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsa"
     # Spark splits the JVM's options at spaces; a JVM that once wrote no
