@@ -8,7 +8,7 @@ default), so that records of producers on different versions decode
 together. The ids a query can decode are fixed when it is planned: a record
 with an id it does not know fails the query with ``UNPLANNED_ID`` in the
 message, and the runtime looks the id up and plans the query again
-(:mod:`kedro_streaming._run.hooks`).
+(:mod:`kedro_streaming._run.avro_replans`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Streaming sources and sinks as catalog entries, and Spark tables beside them."""
+"""Streaming sources and sinks as catalog entries: ``SparkStreamingDataset``,
+which composes the connectors."""
 
 from __future__ import annotations
 
