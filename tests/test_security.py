@@ -45,8 +45,12 @@ def security(plugin_tool):
     repository's source."""
     plugin_tool("kafka")  # puts the plugin's source on the path
     return SimpleNamespace(
-        **vars(importlib.import_module("kedro_streaming._connectors.kafka_security")),
-        **vars(importlib.import_module("kedro_streaming._connectors.kafka_probes")),
+        **{
+            **vars(
+                importlib.import_module("kedro_streaming._connectors.kafka_security")
+            ),
+            **vars(importlib.import_module("kedro_streaming._connectors.kafka_probes")),
+        }
     )
 
 

@@ -36,6 +36,9 @@ from kedro_streaming.errors import StreamingConfigError
 _settings: dict[str, str] = {}
 # Where a local Spark's UI listens (SPARK_LOCAL_IP, which Spark's UI reads).
 _ui_address: list[str] = []
+# A spark.yml the running PySpark cannot use, said when a run starts Spark:
+# `kedro catalog` and `kedro viz` start none, and a run says it in one line.
+_refused: list[StreamingConfigError] = []
 # Named as before 0.7.0: projects' logging.yml may set its level.
 logger = logging.getLogger("kedro_streaming.session")
 
@@ -94,6 +97,8 @@ def spark_session() -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    if _refused:
+        raise _refused[0]
     conf = dict(_settings)
     remote = conf.pop("spark.remote", None)
     spark = _start(conf, remote)
@@ -247,9 +252,14 @@ class SparkHooks:
     def after_context_created(self, context: KedroContext) -> None:
         from kedro_streaming._run.state import streaming_settings  # noqa: PLC0415
 
-        configure_spark(
-            context.config_loader["spark"], streaming_settings(context.config_loader)
-        )
+        _refused.clear()
+        try:
+            configure_spark(
+                context.config_loader["spark"],
+                streaming_settings(context.config_loader),
+            )
+        except StreamingConfigError as error:
+            _refused.append(error)
 
     @hook_impl
     def before_pipeline_run(self) -> None:
