@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from kafka.errors import KafkaError
+from kedro_streaming import SchemaRegistry, avro_framer
 from kedro_streaming.devtools import kafka
 from kedro_streaming.devtools.config import input_root, kafka_conf, project_config
-from kedro_streaming import SchemaRegistry, avro_framer
 
 from tools import trips
 

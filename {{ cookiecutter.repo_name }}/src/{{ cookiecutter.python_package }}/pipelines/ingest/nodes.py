@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kedro_streaming import Lookup, check_expectations
-from kedro_streaming import PROVENANCE_COLUMNS, parse_records, record_origin
+from kedro_streaming import (
+    PROVENANCE_COLUMNS,
+    Lookup,
+    check_expectations,
+    parse_records,
+    record_origin,
+)
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
