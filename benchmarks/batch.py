@@ -203,7 +203,9 @@ def fill_landing(
     workdir = project.parent
     landing = project / "data/01_raw/trips_landing"
     stamp = workdir / f"data-{rows}-{files}"
-    if not stamp.exists():
+    # The stamp says which trips the landing holds; a project made anew holds
+    # the example's files instead.
+    if not stamp.exists() or len(list(landing.glob("trips-*.json"))) != files:
         shutil.rmtree(landing, ignore_errors=True)
         subprocess.run(
             [
