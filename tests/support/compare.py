@@ -183,6 +183,8 @@ def assert_summary(summary: pd.DataFrame, want: pd.DataFrame) -> None:
     assert (got.window_end == want.window_end).all()
     for column in SUMMARY_COLUMNS:
         for got_value, want_value in zip(got[column], want[column]):
+            # Averages of doubles: Spark and pandas sum them in other orders,
+            # so the last bits differ; everything else is compared exactly.
             assert math.isclose(got_value, want_value, rel_tol=1e-9, abs_tol=1e-9) or (
                 math.isnan(got_value) and math.isnan(want_value)
             ), (column, got_value, want_value)
