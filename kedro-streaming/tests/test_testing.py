@@ -1,5 +1,7 @@
 """The stream harness itself: what the pipelines' stream tests rely on."""
 
+from datetime import datetime, timedelta
+
 import pandas as pd
 import pytest
 from pyspark.sql import DataFrame
@@ -26,3 +28,49 @@ def test_complete_mode_gives_the_whole_table_and_names_are_checked(stream_test):
     assert (idle.rows, idle.batches, idle.input_rows) == ([], [], 0)
     assert (second.rows, second.input_rows) == ([(None, 1), ("a", 2), ("b", 2)], 2)
     assert second.state_rows == 3
+
+
+def unique_events(events: DataFrame) -> DataFrame:
+    return events.withWatermark("at", "10 minutes").dropDuplicatesWithinWatermark(
+        ["id"]
+    )
+
+
+def at(minute: int) -> datetime:
+    return datetime(2024, 3, 1, 10) + timedelta(minutes=minute)
+
+
+def test_each_stateful_operator_shows_its_state_and_what_a_step_removed(stream_test):
+    dedupe = stream_test(unique_events, streams={"events": "id STRING, at TIMESTAMP"})
+    # a twice in one batch, as a replayed message; then again in the next.
+    first = dedupe.step(events=[("a", at(0)), ("a", at(0)), ("b", at(2))])
+    # c moves the watermark to 10:20, past a's and b's 10 minutes: both go.
+    second = dedupe.step(events=[("a", at(0)), ("c", at(30))])
+    # a once more, now behind the watermark: dropped as late, not emitted.
+    third = dedupe.step(events=[("a", at(0))])
+
+    assert [s.rows for s in (first, second, third)] == [
+        [("a", at(0)), ("b", at(2))],
+        [("c", at(30))],
+        [],
+    ]
+    figures = [
+        [
+            (op.name, op.rows, op.rows_removed, op.late_rows_dropped)
+            for op in s.operators
+        ]
+        for s in (first, second, third)
+    ]
+    assert figures == [
+        [("dedupeWithinWatermark", 2, 0, 0)],
+        [("dedupeWithinWatermark", 1, 2, 0)],
+        [("dedupeWithinWatermark", 1, 0, 1)],
+    ]
+    # Not transformWithState: no timers, no time to live.
+    assert {(op.timers_fired, op.ttl_values_removed) for op in third.operators} == {
+        (None, None)
+    }
+    assert (
+        third.operators[0].memory_bytes
+        == (third.progress[-1]["stateOperators"][0]["memoryUsedBytes"])
+    )

@@ -43,6 +43,7 @@ from kedro_streaming._run.plans import build_plans
 from kedro_streaming._run.progress import describe_expectations
 from kedro_streaming._run.session import spark_session
 from kedro_streaming._run.state import StreamState, streaming_settings
+from kedro_streaming._run.state_operators import StateOperator, describe_state
 from kedro_streaming.devtools import extra as dev_extra
 from kedro_streaming.errors import StreamingConfigError, StreamingQueryFailed
 
@@ -148,21 +149,7 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
             parts.append(
                 "no Delta table yet" if version is None else f"Delta version {version}"
             )
-        query_totals = totals.get(name)
-        if query_totals:
-            written = (
-                f"{query_totals['rows_written']} rows written in "
-                f"{query_totals['batches']} batches"
-            )
-            if query_totals.get("quarantined") or query_totals.get("expectations"):
-                written += f", {query_totals['quarantined']} quarantined"
-                written += describe_expectations(query_totals.get("expectations", {}))
-            if query_totals.get("late_state_rows_dropped"):
-                written += (
-                    f", {query_totals['late_state_rows_dropped']} late state rows "
-                    "dropped"
-                )
-            parts.append(written)
+        parts += _described_totals(totals.get(name))
         info = running.get(name)
         parts.append(
             f"running (pid {info['pid']} on {info['host']})" if info else "not running"
@@ -182,6 +169,28 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
         raise _Unreadable(
             "the lag could not be read: " + "; ".join(dict.fromkeys(unreadable))
         )
+
+
+def _described_totals(query_totals: dict[str, Any] | None) -> list[str]:
+    """A query's totals for its status line, and its state after its last batch."""
+    if not query_totals:
+        return []
+    written = (
+        f"{query_totals['rows_written']} rows written in "
+        f"{query_totals['batches']} batches"
+    )
+    if query_totals.get("quarantined") or query_totals.get("expectations"):
+        written += f", {query_totals['quarantined']} quarantined"
+        written += describe_expectations(query_totals.get("expectations", {}))
+    if query_totals.get("late_state_rows_dropped"):
+        written += (
+            f", {query_totals['late_state_rows_dropped']} late state rows dropped"
+        )
+    parts = [written]
+    if query_totals.get("state_operators"):
+        operators = [StateOperator(**op) for op in query_totals["state_operators"]]
+        parts.append(f"state after its last batch: {describe_state(operators)}")
+    return parts
 
 
 @streams.command()

@@ -15,8 +15,12 @@
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 
 import pytest
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +37,17 @@ def spark():
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        # As a project's spark.yml: state in RocksDB (transformWithState
+        # needs it), each batch writing only its changes.
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        .config(
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+            "true",
+        )
+        # Python workers (UDFs, transformWithState) in this interpreter.
+        .config(
+            "spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable)
+        )
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -38,7 +38,7 @@ import json
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from kedro_streaming._connectors.sink_args import OUTPUT_MODES
 from kedro_streaming._nodes.expectations import EXPECTATIONS_METRIC
 from kedro_streaming._run.metrics import unix_time
 from kedro_streaming._run.progress import expectation_counts, metric_row
+from kedro_streaming._run.state_operators import StateOperator, state_operators
 
 
 @dataclass
@@ -72,6 +73,10 @@ class Step:
             An aggregation sums each micro-batch per group first, so there it
             counts late groups (window and key), not records.
         state_rows: Rows held in the query's state after the step.
+        operators: Each stateful operator (``StateOperator``): its rows and
+            memory after the step, and what the step's batches removed from
+            its state, dropped as late and (``transformWithState``) the timers
+            that fired and the values whose time to live ran out.
         expectations: Records each expectation caught (``check_expectations``),
             and ``unparsed``; those that caught none are left out.
         progress: Spark's progress reports of the step, as dictionaries.
@@ -83,6 +88,7 @@ class Step:
     watermark: datetime | None = None
     late_state_rows_dropped: int = 0
     state_rows: int = 0
+    operators: list[StateOperator] = field(default_factory=list)
     expectations: dict[str, int] = field(default_factory=dict)
     progress: list[dict[str, Any]] = field(default_factory=list)
 
@@ -327,7 +333,10 @@ def _step(
     ran = [report for report in reports if "addBatch" in report.get("durationMs", {})]
     if not ran:
         return Step(
-            watermark=last.watermark, state_rows=last.state_rows, progress=reports
+            watermark=last.watermark,
+            state_rows=last.state_rows,
+            operators=[replace(op, **_NOTHING_DONE) for op in last.operators],
+            progress=reports,
         )
     watermark = ran[-1].get("eventTime", {}).get("watermark")
     caught: Counter = Counter()
@@ -351,9 +360,40 @@ def _step(
         state_rows=sum(
             state.get("numRowsTotal", 0) for state in ran[-1].get("stateOperators", [])
         ),
+        operators=_step_operators(ran),
         expectations=dict(caught),
         progress=reports,
     )
+
+
+# What a step without a batch did to each operator's state.
+_NOTHING_DONE = {"rows_removed": 0, "late_rows_dropped": 0}
+
+
+def _step_operators(ran: list[dict[str, Any]]) -> list[StateOperator]:
+    """Each operator's state after the step's last batch, with what all of
+    the step's batches removed, dropped and fired."""
+    batches = [state_operators(report) for report in ran]
+
+    def total(index: int, figure: str) -> int | None:
+        values = [getattr(ops[index], figure) for ops in batches if len(ops) > index]
+        return None if values[-1] is None else sum(v or 0 for v in values)
+
+    return [
+        replace(
+            last,
+            **{
+                figure: total(index, figure)
+                for figure in (
+                    "rows_removed",
+                    "late_rows_dropped",
+                    "timers_fired",
+                    "ttl_values_removed",
+                )
+            },
+        )
+        for index, last in enumerate(batches[-1])
+    ]
 
 
 def _local_time(iso: str) -> datetime | None:

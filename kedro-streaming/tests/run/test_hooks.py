@@ -537,6 +537,14 @@ def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
         "trigger_active": 0,
         "new_data_available": 0,
     }
+    # Per stateful operator: its rows and its store's memory after the last batch.
+    operator = (("operator", "stateStoreSave"), ("query", "late"))
+    last_state = ran[-1].stateOperators[0]
+    assert (
+        series[("kedro_stream_state_operator_rows", operator)],
+        series[("kedro_stream_state_operator_memory_bytes", operator)],
+    ) == (1, last_state.memoryUsedBytes)
+    assert "1 state rows (stateStoreSave 1 rows " in caplog.text
     # Summed batch by batch, in Spark's order, as the histogram sums them.
     assert series[("kedro_stream_batch_duration_seconds_sum", late)] == sum(
         report.batchDuration / 1000 for report in ran

@@ -25,6 +25,10 @@ Each series is taken from the progress log's own record of a micro-batch
   at the sources found data it had not processed. With the time since the
   last batch, they tell a stalled query from an idle one;
 - ``kedro_stream_state_rows``, ``kedro_stream_watermark_timestamp_seconds``;
+- ``kedro_stream_state_operator_rows{operator}`` and
+  ``kedro_stream_state_operator_memory_bytes{operator}``: per stateful
+  operator (``stateStoreSave``, ``dedupeWithinWatermark``,
+  ``symmetricHashJoin``...), its state rows and the memory its store reports;
 - ``kedro_stream_kafka_lag_messages{topic, partition}``: messages in the
   partition beyond the last batch's end offset, as of that batch;
 - ``kedro_stream_query_status{kedro_stream_query_status}``: running, stopped
@@ -122,6 +126,17 @@ class StreamMetrics:
             "last_batch_timestamp_seconds", "When the last micro-batch ended."
         )
         self._state_rows = gauge("state_rows", "Rows held in the query's state.")
+        self._operator_rows = gauge(
+            "state_operator_rows",
+            "Rows held in the state of one stateful operator of the query.",
+            ["query", "operator"],
+        )
+        self._operator_memory = gauge(
+            "state_operator_memory_bytes",
+            "Memory the state store of one stateful operator reports using "
+            "(RocksDB: native memory; Spark's default store: JVM heap).",
+            ["query", "operator"],
+        )
         self._watermark = gauge(
             "watermark_timestamp_seconds", "The query's event-time watermark."
         )
@@ -168,6 +183,10 @@ class StreamMetrics:
         self.batch_ended[query] = ended
         if batch.get("state_rows") is not None:
             self._state_rows.labels(query).set(batch["state_rows"])
+        for operator in batch.get("state_operators", []):
+            labels = (query, operator["name"])
+            self._operator_rows.labels(*labels).set(operator["rows"])
+            self._operator_memory.labels(*labels).set(operator["memory_bytes"])
         if batch["watermark"]:
             self._watermark.labels(query).set(unix_time(batch["watermark"]))
         for source in batch["sources"]:

@@ -19,6 +19,7 @@ from kedro_streaming._nodes.expectations import (
 )
 from kedro_streaming._run.metrics import StreamMetrics
 from kedro_streaming._run.state import StreamState, batch_record
+from kedro_streaming._run.state_operators import describe_state, state_operators
 from kedro_streaming._spark import java_query
 
 # Named as before 0.7.0: projects' logging.yml may set its level.
@@ -107,7 +108,8 @@ class ProgressLog:
             self.stateful.add(name)
         stateful = (
             f", watermark {report.get('eventTime', {}).get('watermark', 'none')}, "
-            f"{sum(state.get('numRowsTotal', 0) for state in states)} state rows, "
+            f"{sum(state.get('numRowsTotal', 0) for state in states)} state rows "
+            f"({describe_state(state_operators(report))}), "
             f"{batch['late_state_rows_dropped']} late state rows dropped"
             if states
             else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import pyspark
 from kedro.framework import project as kedro_project
@@ -141,6 +142,7 @@ def _start(conf: dict[str, str], remote: str | None) -> SparkSession:
         os.environ["SPARK_REMOTE"] = remote
     elif not gateway_started():
         _set_ui_address(conf)
+        _python_workers_like_this_one(conf)
         launch = without_resolution(conf)
         resolved_here = launch is conf
         start_jvm(launch)
@@ -173,6 +175,17 @@ def _quiet_local_logs(spark: SparkSession) -> None:
     log4j.core.config.Configurator.setLevel(
         "org.apache.spark.rdd.MapPartitionsRDD", log4j.Level.ERROR
     )
+
+
+def _python_workers_like_this_one(conf: dict[str, str]) -> None:
+    """Has a local Spark's Python workers (UDFs, ``transformWithState``) run
+    this process's Python: Spark's default is ``python3`` from PATH, not the
+    project's virtualenv when ``kedro`` runs by its path, unactivated. A
+    cluster's executors keep their own (``spark.pyspark.python`` in spark.yml)."""
+    local = conf.get("spark.master", "local").startswith("local")
+    chosen = "spark.pyspark.python" in conf or os.environ.get("PYSPARK_PYTHON")
+    if local and not chosen:
+        conf["spark.pyspark.python"] = sys.executable
 
 
 def _set_ui_address(conf: dict[str, str]) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from kedro.config import MissingConfigException
 
 from kedro_streaming._connectors.kafka import kafka_lag
+from kedro_streaming._run.state_operators import state_operators
 from kedro_streaming.errors import StreamingConfigError
 
 PROGRESS_FILE = "progress.jsonl"
@@ -91,6 +92,8 @@ class StreamState:
             caught = query.setdefault("expectations", {})
             caught[rule] = caught.get(rule, 0) + count
         query["last_batch"], query["last_time"] = record["batch"], record["time"]
+        if record.get("state_operators"):  # the state as of the last batch
+            query["state_operators"] = record["state_operators"]
         self._write_json(self.path / TOTALS_FILE, totals)
 
     def records(self) -> list[dict[str, Any]]:
@@ -191,6 +194,8 @@ def batch_record(
             if report.get("stateOperators")
             else None
         ),
+        # Per stateful operator: its state rows, memory, rows removed...
+        "state_operators": [op.as_record() for op in state_operators(report)],
         "sources": [
             {
                 "source": source.get("description"),

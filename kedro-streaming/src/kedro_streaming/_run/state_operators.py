@@ -1,0 +1,103 @@
+"""A stateful query's state, operator by operator, from Spark's progress report.
+
+Spark reports each stateful operator of a micro-batch (``stateOperators``):
+an aggregation's ``stateStoreSave``, ``dedupeWithinWatermark``,
+``symmetricHashJoin``, ``transformWithStateExec``... Its figures here keep
+Spark's meaning, under names that say what they count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# transformWithState's own figures, among Spark's customMetrics.
+_TIMERS_FIRED = "numExpiredTimers"
+_TTL_REMOVED = "numValuesRemovedDueToTTLExpiry"
+
+
+@dataclass(frozen=True)
+class StateOperator:
+    """One stateful operator after one micro-batch.
+
+    Attributes:
+        name: Spark's ``operatorName``; ``#2``, ``#3``... for the second and
+            later of the same name in one query.
+        rows: Rows in its state after the batch (``numRowsTotal``).
+        memory_bytes: Memory its state store reports (``memoryUsedBytes``):
+            the JVM heap for Spark's default store, RocksDB's native memory
+            (block cache and write buffers) for RocksDB.
+        rows_removed: Rows the batch took out of its state: closed windows,
+            keys and join rows the watermark passed, values a
+            ``transformWithState`` processor cleared or whose time to live ran out
+            (``numRowsRemoved``).
+        late_rows_dropped: Rows that reached it after the watermark passed
+            them (``numRowsDroppedByWatermark``).
+        timers_fired: ``transformWithState`` timers that fired in the batch;
+            ``None`` for other operators.
+        ttl_values_removed: ``transformWithState`` values removed because
+            their time to live ran out; ``None`` for other operators.
+
+    Example:
+        >>> state_operators({"stateOperators": [
+        ...     {"operatorName": "symmetricHashJoin", "numRowsTotal": 3,
+        ...      "memoryUsedBytes": 2048, "numRowsRemoved": 1}]})
+        [StateOperator(name='symmetricHashJoin', rows=3, memory_bytes=2048, rows_removed=1, late_rows_dropped=0, timers_fired=None, ttl_values_removed=None)]
+    """
+
+    name: str
+    rows: int
+    memory_bytes: int
+    rows_removed: int
+    late_rows_dropped: int
+    timers_fired: int | None = None
+    ttl_values_removed: int | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        """The operator as a JSON object of the progress log."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+def state_operators(report: dict[str, Any]) -> list[StateOperator]:
+    """The stateful operators of one progress report, in Spark's order."""
+    seen: Counter = Counter()
+    found = []
+    for state in report.get("stateOperators") or []:
+        name = state.get("operatorName") or "stateful"
+        seen[name] += 1
+        custom = state.get("customMetrics") or {}
+        found.append(
+            StateOperator(
+                name=name if seen[name] == 1 else f"{name}#{seen[name]}",
+                rows=int(state.get("numRowsTotal", 0)),
+                memory_bytes=int(state.get("memoryUsedBytes", 0)),
+                rows_removed=int(state.get("numRowsRemoved", 0)),
+                late_rows_dropped=int(state.get("numRowsDroppedByWatermark", 0)),
+                timers_fired=_custom(custom, _TIMERS_FIRED),
+                ttl_values_removed=_custom(custom, _TTL_REMOVED),
+            )
+        )
+    return found
+
+
+def describe_state(operators: list[StateOperator]) -> str:
+    """The operators for a progress line: ``symmetricHashJoin 3 rows 2.0 KiB``."""
+    return ", ".join(
+        f"{op.name} {op.rows} rows {_size(op.memory_bytes)}"
+        + (f" {op.timers_fired} timers fired" if op.timers_fired else "")
+        for op in operators
+    )
+
+
+def _custom(custom: dict[str, Any], name: str) -> int | None:
+    return int(custom[name]) if name in custom else None
+
+
+def _size(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
