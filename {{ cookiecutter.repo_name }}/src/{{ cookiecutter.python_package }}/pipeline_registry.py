@@ -11,7 +11,8 @@ def register_pipelines() -> dict[str, Pipeline]:
     as a stream and writes ``hourly_borough_summary``; ``publish`` reads that
     as a stream and sends it to Kafka (``--env kafka``); ``realtime`` checks
     each Kafka trip and sends it on in Real-Time Mode (``--env kafka``,
-    Spark 4.1+). The default pipeline
+    Spark 4.1+); ``dedupe`` reads those messages back and keeps each trip
+    once (``--env kafka``). The default pipeline
     is ``ingest`` and ``aggregate``; the hooks hold a reader back until the
     table it reads has history.
 
