@@ -198,6 +198,8 @@ def expected(expr: str, result: dict, logged: dict, target: str) -> dict:
         # The ingest pipeline's queries hold no state, so drop no late rows:
         # their counters stayed at 0, whose rate is 0.
         "kedro_stream_state_rows": {} if stateless else None,
+        "kedro_stream_state_operator_rows": {} if stateless else None,
+        "kedro_stream_state_operator_memory_bytes": {} if stateless else None,
         "sum by (query) (rate(kedro_stream_late_state_rows_dropped_total": {
             frozenset({("query", q)}): 0.0 for q in logged
         }

@@ -120,6 +120,10 @@ def last_batch_series(last: dict) -> dict:
     }
     if last["state_rows"] is not None:
         want[("state_rows", frozenset())] = last["state_rows"]
+    for operator in last.get("state_operators", []):
+        labels = frozenset({("operator", operator["name"])})
+        want[("state_operator_rows", labels)] = operator["rows"]
+        want[("state_operator_memory_bytes", labels)] = operator["memory_bytes"]
     if last["watermark"]:
         want[("watermark_timestamp_seconds", frozenset())] = unix_time(
             last["watermark"]

@@ -1,0 +1,26 @@
+"""The recipes of docs/: each Python block of a page, run as this module's
+tests, so that the code a page shows is the code that passes."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+
+
+def recipe(page: str) -> dict:
+    """The page's Python blocks, run in order in one namespace."""
+    code = "\n".join(BLOCK.findall((DOCS / page).read_text()))
+    namespace: dict = {"__name__": f"docs.{page}"}
+    exec(compile(code, str(DOCS / page), "exec"), namespace)  # noqa: S102 (our own docs)
+    return namespace
+
+
+STATEFUL = recipe("stateful.md")
+
+
+@pytest.mark.parametrize("test", sorted(n for n in STATEFUL if n.startswith("test_")))
+def test_stateful_recipe(test, stream_test):
+    STATEFUL[test](stream_test)
