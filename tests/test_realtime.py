@@ -74,6 +74,9 @@ def kill_while_sending(
     try:
         wait_for_offsets(servers, outputs, sent, process=process, log=log)
         until(lambda: batch_ids(commits), log)
+        # And logged: the progress log records a batch a moment after it
+        # commits, so a SIGKILL in that moment leaves it out of the totals.
+        until(lambda: rows_in(project) > 0, log)
         sender.start()
         # Killed at a point of the second wave chosen anew each time (printed).
         pause = random.uniform(0.2, 1.5)

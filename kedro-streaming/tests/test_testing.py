@@ -67,7 +67,7 @@ def test_each_stateful_operator_shows_its_state_and_what_a_step_removed(stream_t
         [("dedupeWithinWatermark", 1, 0, 1)],
     ]
     # Not transformWithState: no timers, no time to live.
-    assert {(op.timers_fired, op.ttl_values_removed) for op in third.operators} == {
+    assert {(op.timers_set, op.ttl_values_removed) for op in third.operators} == {
         (None, None)
     }
     assert (

@@ -237,7 +237,13 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
     configuration_problems = len(problems)
     for line in fan_out(project.catalog, project.pipeline, list(project.sinks)):
         click.echo(f"note: {line}.")
-    plans = build_plans(spark, project.catalog, project.pipeline, project.sinks)
+    plans = build_plans(
+        spark,
+        project.catalog,
+        project.pipeline,
+        project.sinks,
+        bounded=project.settings.get("trigger") == "available_now",
+    )
     problems += plans.problems
     for note in plans.notes:
         click.echo(f"note: {note}.")

@@ -27,6 +27,10 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 def spark():
     from pyspark.sql import SparkSession  # noqa: PLC0415 (tests that use Spark)
 
+    # Python workers (UDFs, transformWithState) in this interpreter, not
+    # `python3` from PATH: PySpark reads PYSPARK_PYTHON when the session starts.
+    chosen = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = chosen or sys.executable
     session = (
         SparkSession.builder.master("local[2]")
         .appName("tests")
@@ -44,15 +48,13 @@ def spark():
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
             "true",
         )
-        # Python workers (UDFs, transformWithState) in this interpreter.
-        .config(
-            "spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable)
-        )
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    if chosen is None:
+        del os.environ["PYSPARK_PYTHON"]
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import inspect
 import json
 import shutil
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,7 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline, node
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
 from kedro_streaming._connectors.sink_args import OUTPUT_MODES
@@ -52,6 +54,7 @@ from kedro_streaming._nodes.expectations import EXPECTATIONS_METRIC
 from kedro_streaming._run.metrics import unix_time
 from kedro_streaming._run.progress import expectation_counts, metric_row
 from kedro_streaming._run.state_operators import StateOperator, state_operators
+from kedro_streaming._run.stateful import transform_with_state_modes
 
 
 @dataclass
@@ -76,7 +79,8 @@ class Step:
         operators: Each stateful operator (``StateOperator``): its rows and
             memory after the step, and what the step's batches removed from
             its state, dropped as late and (``transformWithState``) the timers
-            that fired and the values whose time to live ran out.
+            they set, the timers that fired or were deleted, and the values
+            whose time to live ran out.
         expectations: Records each expectation caught (``check_expectations``),
             and ``unparsed``; those that caught none are left out.
         progress: Spark's progress reports of the step, as dictionaries.
@@ -185,6 +189,9 @@ class StreamTest:
             raise ValueError(
                 f"{unknown} are not streaming inputs; those are {sorted(self._schemas)}"
             )
+        self._landed = {
+            str(self._folder(name)): len(rows) for name, rows in batches.items()
+        }
         for name, rows in batches.items():
             self._land(name, rows)
         self._steps += 1
@@ -244,6 +251,11 @@ class StreamTest:
         for each in self._pipeline.nodes:  # in dependency order
             data.update(each.run({name: data[name] for name in each.inputs}))
         frames = {sink: data[sink] for sink in self._sinks}
+        # Sinks whose transformWithState has processing-time timers.
+        self._clocked = {
+            sink: "ProcessingTime" in transform_with_state_modes(frame)
+            for sink, frame in frames.items()
+        }
         static = sorted(
             sink
             for sink, frame in frames.items()
@@ -282,15 +294,25 @@ class StreamTest:
     def _run(self) -> dict[str, Step]:
         collected: dict[str, list[list[Row]]] = {sink: [] for sink in self._sinks}
         queries = {
-            sink: frame.writeStream.outputMode(self._modes[sink])
-            .foreachBatch(_collector(collected[sink]))
-            .option("checkpointLocation", str(self._workdir / "checkpoints" / sink))
-            .trigger(availableNow=True)
-            .start()
+            sink: _start(
+                frame.writeStream.outputMode(self._modes[sink])
+                .foreachBatch(_collector(collected[sink]))
+                .option(
+                    "checkpointLocation", str(self._workdir / "checkpoints" / sink)
+                ),
+                self._clocked[sink],
+            )
             for sink, frame in self._frames.items()
         }
-        for query in queries.values():
-            query.awaitTermination()
+        for sink, query in queries.items():
+            if self._clocked[sink]:
+                # Spark runs batches for its timers for ever: stopped once a
+                # batch has read all of the step's data, which fired the
+                # timers due by then (processing time is the system's clock).
+                _until_caught_up(query, self._landed)
+                query.stop()
+            else:
+                query.awaitTermination()
         for sink, query in queries.items():
             reports = [json.loads(report.json) for report in query.recentProgress]
             self._last[sink] = _step(
@@ -319,6 +341,50 @@ def _as_pipeline(
     )
 
 
+def _start(writer: DataStreamWriter, clocked: bool) -> StreamingQuery:
+    """The step's query: ``availableNow``, which stops by itself once the
+    step's data (and the batch the watermark asks for) is through; for
+    processing-time timers, which ``availableNow`` would never finish, batch
+    after batch as fast as they run."""
+    if clocked:
+        return writer.trigger(processingTime="0 seconds").start()
+    return writer.trigger(availableNow=True).start()
+
+
+def _until_caught_up(
+    query: StreamingQuery, landed: dict[str, int], timeout: float = 300
+) -> None:
+    """Waits until the query's batches have read every row the step landed
+    in the folders it reads (``landed``: folder -> rows), in at least one
+    batch. (``processAllAvailable`` waits for a trigger that runs no batch,
+    which processing-time timers never leave.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        reports = [json.loads(report.json) for report in query.recentProgress]
+        read: Counter = Counter()
+        for report in reports:
+            for source in report.get("sources", []):
+                folder = next((f for f in landed if f in source["description"]), None)
+                read[folder] += source.get("numInputRows", 0)
+        ran = any("addBatch" in report.get("durationMs", {}) for report in reports)
+        folders = {
+            folder
+            for report in reports
+            for source in report.get("sources", [])
+            for folder in landed
+            if folder in source["description"]
+        }
+        if ran and all(read[folder] >= landed[folder] for folder in folders):
+            return
+        if query.exception() is not None or time.monotonic() > deadline:
+            query.stop()
+            raise RuntimeError(
+                f"query {query.name or query.id} did not read the step's data "
+                f"within {timeout:.0f} s: {query.exception() or query.status}"
+            )
+        time.sleep(0.05)
+
+
 def _collector(batches: list[list[Row]]) -> Callable[[DataFrame, int], None]:
     def collect(batch: DataFrame, batch_id: int) -> None:
         batches.append(sorted(batch.collect(), key=_sort_key))
@@ -335,7 +401,14 @@ def _step(
         return Step(
             watermark=last.watermark,
             state_rows=last.state_rows,
-            operators=[replace(op, **_NOTHING_DONE) for op in last.operators],
+            operators=[
+                replace(
+                    op,
+                    **_NOTHING_DONE,
+                    **(_NOTHING_DONE_TWS if op.timers_set is not None else {}),
+                )
+                for op in last.operators
+            ],
             progress=reports,
         )
     watermark = ran[-1].get("eventTime", {}).get("watermark")
@@ -368,6 +441,7 @@ def _step(
 
 # What a step without a batch did to each operator's state.
 _NOTHING_DONE = {"rows_removed": 0, "late_rows_dropped": 0}
+_NOTHING_DONE_TWS = {"timers_set": 0, "timers_removed": 0, "ttl_values_removed": 0}
 
 
 def _step_operators(ran: list[dict[str, Any]]) -> list[StateOperator]:
@@ -387,7 +461,8 @@ def _step_operators(ran: list[dict[str, Any]]) -> list[StateOperator]:
                 for figure in (
                     "rows_removed",
                     "late_rows_dropped",
-                    "timers_fired",
+                    "timers_set",
+                    "timers_removed",
                     "ttl_values_removed",
                 )
             },

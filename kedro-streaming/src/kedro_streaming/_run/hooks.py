@@ -188,7 +188,8 @@ class StreamingQueryHooks:
         # Every query built and checked before the first starts, as `validate`
         # does: a node's mistake fails the run before anything is written.
         planning = time.monotonic()
-        plans = check_plans(spark, catalog, pipeline, sinks)
+        bounded = run_trigger(self._settings) is not None
+        plans = check_plans(spark, catalog, pipeline, sinks, bounded=bounded)
         planning = time.monotonic() - planning
         register_avro_values(catalog, pipeline, sinks, plans)
         logger.info(

@@ -31,6 +31,7 @@ from kedro_streaming._connectors.dataset import SparkStreamingDataset
 from kedro_streaming._connectors.streams import SCHEMA_FREE_FORMATS
 from kedro_streaming._run.realtime import real_time_plan_problem
 from kedro_streaming._run.sink_schemas import check_sink_schema
+from kedro_streaming._run.stateful import transform_with_state_problem
 from kedro_streaming._spark import headline, java_frame, jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
@@ -43,6 +44,8 @@ _NOTHING_YET = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA", "DELTA_SCHEMA_NOT_SE
 
 # What a node's run logs itself, and each load: the dry run reports a
 # failure once, as its own line, and a real run's log shows its loads once.
+# Triggers that end the query once it has read what is there.
+_BOUNDED_TRIGGERS = ("availableNow", "once")
 _QUIET_LOGGERS = ("kedro.pipeline.node", "kedro.io.data_catalog")
 
 
@@ -95,9 +98,12 @@ def build_plans(
     catalog: DataCatalog,
     pipeline: Pipeline,
     sinks: dict[str, SparkStreamingDataset],
+    *,
+    bounded: bool = False,
 ) -> Plans:
     """Runs the nodes that make ``sinks`` on dry inputs and checks each
     sink's DataFrame; other nodes (a batch report after them) do not run.
+    ``bounded``: the run gives every query an ``availableNow`` trigger.
 
     A node that fails is reported with the queries it belongs to; the nodes
     after it are skipped (their inputs are missing).
@@ -131,7 +137,9 @@ def build_plans(
         elif not inspect.isgenerator(returned):  # a generator is spent
             plans.returned[node] = returned
         for name in sorted(set(outputs) & set(sinks)):
-            problem = sink_plan_problem(spark, sinks[name], outputs[name], plans, name)
+            problem = sink_plan_problem(
+                spark, sinks[name], outputs[name], plans, name, bounded=bounded
+            )
             if problem:
                 plans.problems.append(f"query {name} (node {node.name}): {problem}")
                 continue
@@ -146,13 +154,15 @@ def check_plans(
     catalog: DataCatalog,
     pipeline: Pipeline,
     sinks: dict[str, SparkStreamingDataset],
+    *,
+    bounded: bool = False,
 ) -> Plans:
     """``build_plans``, its notes logged, failing on any problem: one line each.
 
     Raises:
         StreamingConfigError: A query cannot start as its nodes build it.
     """
-    plans = build_plans(spark, catalog, pipeline, sinks)
+    plans = build_plans(spark, catalog, pipeline, sinks, bounded=bounded)
     for note in plans.notes:  # said whether the run goes on or not
         logger.warning("%s.", note)
     if plans.problems:
@@ -166,8 +176,14 @@ def check_plans(
     return plans
 
 
-def sink_plan_problem(
-    spark: Any, dataset: SparkStreamingDataset, frame: Any, plans: Plans, name: str
+def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
+    spark: Any,
+    dataset: SparkStreamingDataset,
+    frame: Any,
+    plans: Plans,
+    name: str,
+    *,
+    bounded: bool = False,
 ) -> str | None:
     """What Spark would refuse when starting the sink's query, without
     starting it, or a change of its sink's schema or state that cannot be
@@ -186,6 +202,10 @@ def sink_plan_problem(
         if problem:
             return problem
     problem = _output_mode_problem(spark, dataset.output_mode, frame)
+    if problem:
+        return problem
+    ends = bounded or next(iter(dataset.trigger or {}), None) in _BOUNDED_TRIGGERS
+    problem = transform_with_state_problem(spark, frame, bounded=ends)
     if problem:
         return problem
     check = check_sink_schema(name, dataset, frame)

@@ -179,13 +179,14 @@ def _quiet_local_logs(spark: SparkSession) -> None:
 
 def _python_workers_like_this_one(conf: dict[str, str]) -> None:
     """Has a local Spark's Python workers (UDFs, ``transformWithState``) run
-    this process's Python: Spark's default is ``python3`` from PATH, not the
-    project's virtualenv when ``kedro`` runs by its path, unactivated. A
-    cluster's executors keep their own (``spark.pyspark.python`` in spark.yml)."""
+    this process's Python: PySpark takes PYSPARK_PYTHON, else ``python3``
+    from PATH, which is not the project's virtualenv when ``kedro`` runs by
+    its path, unactivated. Set for the session's life, as SPARK_REMOTE is; a
+    cluster's executors keep their own (``spark.pyspark.python``)."""
     local = conf.get("spark.master", "local").startswith("local")
     chosen = "spark.pyspark.python" in conf or os.environ.get("PYSPARK_PYTHON")
     if local and not chosen:
-        conf["spark.pyspark.python"] = sys.executable
+        os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
 def _set_ui_address(conf: dict[str, str]) -> None:

@@ -12,9 +12,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-# transformWithState's own figures, among Spark's customMetrics.
-_TIMERS_FIRED = "numExpiredTimers"
-_TTL_REMOVED = "numValuesRemovedDueToTTLExpiry"
+# transformWithState's own figures, among Spark's customMetrics. A Python
+# processor's fired timers are counted as deleted (Spark 4.1-4.2 leave its
+# numExpiredTimers at 0), so both make "removed".
+_TIMERS_SET = ("numRegisteredTimers",)
+_TIMERS_REMOVED = ("numExpiredTimers", "numDeletedTimers")
+_TTL_REMOVED = ("numValuesRemovedDueToTTLExpiry",)
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,10 @@ class StateOperator:
             (``numRowsRemoved``).
         late_rows_dropped: Rows that reached it after the watermark passed
             them (``numRowsDroppedByWatermark``).
-        timers_fired: ``transformWithState`` timers that fired in the batch;
+        timers_set: ``transformWithState`` timers the batch registered;
             ``None`` for other operators.
+        timers_removed: ``transformWithState`` timers that fired or that the
+            processor deleted in the batch; ``None`` for other operators.
         ttl_values_removed: ``transformWithState`` values removed because
             their time to live ran out; ``None`` for other operators.
 
@@ -43,7 +48,7 @@ class StateOperator:
         >>> state_operators({"stateOperators": [
         ...     {"operatorName": "symmetricHashJoin", "numRowsTotal": 3,
         ...      "memoryUsedBytes": 2048, "numRowsRemoved": 1}]})
-        [StateOperator(name='symmetricHashJoin', rows=3, memory_bytes=2048, rows_removed=1, late_rows_dropped=0, timers_fired=None, ttl_values_removed=None)]
+        [StateOperator(name='symmetricHashJoin', rows=3, memory_bytes=2048, rows_removed=1, late_rows_dropped=0, timers_set=None, timers_removed=None, ttl_values_removed=None)]
     """
 
     name: str
@@ -51,7 +56,8 @@ class StateOperator:
     memory_bytes: int
     rows_removed: int
     late_rows_dropped: int
-    timers_fired: int | None = None
+    timers_set: int | None = None
+    timers_removed: int | None = None
     ttl_values_removed: int | None = None
 
     def as_record(self) -> dict[str, Any]:
@@ -74,7 +80,8 @@ def state_operators(report: dict[str, Any]) -> list[StateOperator]:
                 memory_bytes=int(state.get("memoryUsedBytes", 0)),
                 rows_removed=int(state.get("numRowsRemoved", 0)),
                 late_rows_dropped=int(state.get("numRowsDroppedByWatermark", 0)),
-                timers_fired=_custom(custom, _TIMERS_FIRED),
+                timers_set=_custom(custom, _TIMERS_SET),
+                timers_removed=_custom(custom, _TIMERS_REMOVED),
                 ttl_values_removed=_custom(custom, _TTL_REMOVED),
             )
         )
@@ -85,13 +92,16 @@ def describe_state(operators: list[StateOperator]) -> str:
     """The operators for a progress line: ``symmetricHashJoin 3 rows 2.0 KiB``."""
     return ", ".join(
         f"{op.name} {op.rows} rows {_size(op.memory_bytes)}"
-        + (f" {op.timers_fired} timers fired" if op.timers_fired else "")
+        + (f", timers {op.timers_set} set" if op.timers_set else "")
+        + (f", {op.timers_removed} fired or deleted" if op.timers_removed else "")
+        + (f", {op.ttl_values_removed} expired" if op.ttl_values_removed else "")
         for op in operators
     )
 
 
-def _custom(custom: dict[str, Any], name: str) -> int | None:
-    return int(custom[name]) if name in custom else None
+def _custom(custom: dict[str, Any], names: tuple[str, ...]) -> int | None:
+    found = [int(custom[name]) for name in names if name in custom]
+    return sum(found) if found else None
 
 
 def _size(count: int) -> str:
