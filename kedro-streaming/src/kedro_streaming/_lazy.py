@@ -7,7 +7,6 @@ pay for PySpark's import; the modules that hold the names stay private.
 from __future__ import annotations
 
 import importlib
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,27 +28,3 @@ def attach(
         return public
 
     return __getattr__, __dir__, public
-
-
-def moved(old: str, home: str) -> Callable[[str], Any]:
-    """The ``__getattr__`` of a module that moved in 0.7.0: each of its names
-    still resolves, for one minor version, with a ``DeprecationWarning``
-    saying where to import it from (``kedro_streaming`` for a public name)."""
-
-    def __getattr__(name: str) -> Any:  # noqa: N807 (a module's hook)
-        public = importlib.import_module("kedro_streaming")
-        if name in public.__all__:
-            where, say = public, f"import {name} from kedro_streaming"
-        else:
-            where = importlib.import_module(home)
-            if not hasattr(where, name) or name.startswith("__"):
-                raise AttributeError(f"module {old!r} has no attribute {name!r}")
-            say = f"{name} is private now ({home}) and may change without notice"
-        warnings.warn(
-            f"{old} is deprecated and goes in kedro-streaming 0.8.0: {say}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(where, name)
-
-    return __getattr__

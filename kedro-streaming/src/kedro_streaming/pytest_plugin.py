@@ -74,13 +74,18 @@ def project_parameters(request) -> dict:
 
 @pytest.fixture
 def stream_test(spark, tmp_path):
-    """``StreamTest`` on the test session, each in a folder of the test's own."""
+    """``StreamTest`` on the test session, each in a folder of the test's own;
+    the queries that run from step to step are stopped after the test."""
     from kedro_streaming.testing import StreamTest  # noqa: PLC0415
 
     numbers = itertools.count()
+    made: list[StreamTest] = []
 
     def make(target, **kwargs) -> StreamTest:
         workdir = tmp_path / f"stream-{next(numbers)}"
-        return StreamTest(spark, target, workdir=workdir, **kwargs)
+        made.append(StreamTest(spark, target, workdir=workdir, **kwargs))
+        return made[-1]
 
-    return make
+    yield make
+    for stream in made:
+        stream.close()

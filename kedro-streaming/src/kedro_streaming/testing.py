@@ -171,6 +171,13 @@ class StreamTest:
         # Per sink: the watermark and state rows of its last micro-batch, for
         # a step in which no batch runs.
         self._last: dict[str, Step] = {sink: Step() for sink in self._sinks}
+        # Per sink: the rows of its batches since the last step; for a query
+        # that runs from step to step, the query and its last batch reported.
+        self._collected: dict[str, list[tuple[int, list[Row]]]] = {
+            sink: [] for sink in self._sinks
+        }
+        self._running: dict[str, StreamingQuery] = {}
+        self._seen: dict[str, int] = {}
         self._frames = self._build()
 
     def step(self, **batches: Any) -> Step | dict[str, Step]:
@@ -212,6 +219,7 @@ class StreamTest:
                 the same batch id and input, before any new data.
             **static: Static inputs to replace (e.g. changed parameters).
         """
+        self.close()
         self._static.update(static)
         self._frames = self._build()
         if replay_last_batch:
@@ -294,9 +302,10 @@ class StreamTest:
     def _run(self) -> dict[str, Step]:
         collected: dict[str, list[list[Row]]] = {sink: [] for sink in self._sinks}
         queries = {
-            sink: _start(
+            sink: self._running.get(sink)
+            or _start(
                 frame.writeStream.outputMode(self._modes[sink])
-                .foreachBatch(_collector(collected[sink]))
+                .foreachBatch(_collector(self._collected[sink]))
                 .option(
                     "checkpointLocation", str(self._workdir / "checkpoints" / sink)
                 ),
@@ -306,19 +315,40 @@ class StreamTest:
         }
         for sink, query in queries.items():
             if self._clocked[sink]:
-                # Spark runs batches for its timers for ever: stopped once a
-                # batch has read all of the step's data, which fired the
-                # timers due by then (processing time is the system's clock).
-                _until_caught_up(query, self._landed)
-                query.stop()
+                # Spark runs batches for its timers for ever (and, once
+                # restarted, none until new data comes): the query runs from
+                # step to step, and a step waits for a batch that began after
+                # it and read its data. What fired meanwhile, as the test
+                # slept (processing time is the system's clock), is the step's.
+                self._running[sink] = query
+                seen = self._seen.get(sink, -1)
+                reports = _until_caught_up(query, self._landed, seen)
+                self._seen[sink] = max(report["batchId"] for report in reports)
             else:
                 query.awaitTermination()
-        for sink, query in queries.items():
-            reports = [json.loads(report.json) for report in query.recentProgress]
+                reports = [json.loads(report.json) for report in query.recentProgress]
+            # The rows of the batches reported, in order; a batch that ran
+            # since (a query that runs on) is the next step's.
+            last = max((report["batchId"] for report in reports), default=None)
+            pending = self._collected[sink]
+            taken = [
+                rows
+                for batch_id, rows in list(pending)
+                if last is not None and batch_id <= last
+            ]
+            del pending[: len(taken)]
+            collected[sink] = taken
             self._last[sink] = _step(
                 collected[sink], reports, self._modes[sink], self._last[sink]
             )
         return dict(self._last)
+
+    def close(self) -> None:
+        """Stops the queries that run from step to step (processing-time
+        timers); the ``stream_test`` fixture calls it after the test."""
+        for query in self._running.values():
+            query.stop()
+        self._running.clear()
 
 
 def _as_pipeline(
@@ -352,30 +382,31 @@ def _start(writer: DataStreamWriter, clocked: bool) -> StreamingQuery:
 
 
 def _until_caught_up(
-    query: StreamingQuery, landed: dict[str, int], timeout: float = 300
-) -> None:
-    """Waits until the query's batches have read every row the step landed
-    in the folders it reads (``landed``: folder -> rows), in at least one
-    batch. (``processAllAvailable`` waits for a trigger that runs no batch,
-    which processing-time timers never leave.)"""
+    query: StreamingQuery, landed: dict[str, int], seen: int, timeout: float = 300
+) -> list[dict[str, Any]]:
+    """The reports of the batches after batch ``seen``, once they have read
+    every row the step landed in the folders the query reads (``landed``:
+    folder -> rows), in at least one batch that began after the step did."""
+    began = time.time()
     deadline = time.monotonic() + timeout
     while True:
-        reports = [json.loads(report.json) for report in query.recentProgress]
+        reports = [
+            report
+            for report in (json.loads(r.json) for r in query.recentProgress)
+            if report["batchId"] > seen and "addBatch" in report.get("durationMs", {})
+        ]
         read: Counter = Counter()
         for report in reports:
             for source in report.get("sources", []):
-                folder = next((f for f in landed if f in source["description"]), None)
-                read[folder] += source.get("numInputRows", 0)
-        ran = any("addBatch" in report.get("durationMs", {}) for report in reports)
-        folders = {
-            folder
-            for report in reports
-            for source in report.get("sources", [])
-            for folder in landed
-            if folder in source["description"]
-        }
-        if ran and all(read[folder] >= landed[folder] for folder in folders):
-            return
+                for folder in landed:
+                    if folder in source["description"]:
+                        read[folder] += source.get("numInputRows", 0)
+        late_enough = any(unix_time(report["timestamp"]) >= began for report in reports)
+        if late_enough and all(
+            read[folder] >= landed[folder]
+            for folder in read.keys() | _read_by(reports, landed)
+        ):
+            return reports
         if query.exception() is not None or time.monotonic() > deadline:
             query.stop()
             raise RuntimeError(
@@ -385,9 +416,22 @@ def _until_caught_up(
         time.sleep(0.05)
 
 
-def _collector(batches: list[list[Row]]) -> Callable[[DataFrame, int], None]:
+def _read_by(reports: list[dict[str, Any]], landed: dict[str, int]) -> set[str]:
+    """The folders among ``landed`` that the reports' sources read."""
+    return {
+        folder
+        for report in reports
+        for source in report.get("sources", [])
+        for folder in landed
+        if folder in source["description"]
+    }
+
+
+def _collector(
+    batches: list[tuple[int, list[Row]]],
+) -> Callable[[DataFrame, int], None]:
     def collect(batch: DataFrame, batch_id: int) -> None:
-        batches.append(sorted(batch.collect(), key=_sort_key))
+        batches.append((batch_id, sorted(batch.collect(), key=_sort_key)))
 
     return collect
 

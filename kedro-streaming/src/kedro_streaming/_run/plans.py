@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyspark
 from kedro.io import DataCatalog
 from kedro.io.core import DatasetError
 from kedro.pipeline import Node, Pipeline
@@ -31,7 +32,10 @@ from kedro_streaming._connectors.dataset import SparkStreamingDataset
 from kedro_streaming._connectors.streams import SCHEMA_FREE_FORMATS
 from kedro_streaming._run.realtime import real_time_plan_problem
 from kedro_streaming._run.sink_schemas import check_sink_schema
-from kedro_streaming._run.stateful import transform_with_state_problem
+from kedro_streaming._run.stateful import (
+    missing_api_problem,
+    transform_with_state_problem,
+)
 from kedro_streaming._spark import headline, java_frame, jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
@@ -249,6 +253,9 @@ def _output_mode_problem(spark: Any, mode: str, frame: Any) -> str | None:
 def node_failure(error: BaseException, inputs: dict[str, Any]) -> str:
     """A node's failure in one line: the configuration error behind it if
     any, and the parameter whose value the message quotes."""
+    missing = missing_api_problem(error, pyspark.__version__)
+    if missing:
+        return missing
     cause = headline(_configuration_cause(error))
     named = [
         key

@@ -9,6 +9,7 @@ bounded run going: Spark runs a batch at every trigger to fire them, so an
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from typing import Any
 
@@ -59,6 +60,12 @@ def transform_with_state_problem(
             f"is '{provider or 'Spark’s default'}'. Set it to {ROCKSDB} in "
             "conf/base/spark.yml, as a new project has it"
         )
+    if importlib.util.find_spec("google.protobuf") is None:
+        return (
+            "its transformWithState runs Python workers that speak protobuf to "
+            "Spark's state server, and this Python has no protobuf: "
+            "pip install protobuf (a new project's requirements.txt has it)"
+        )
     if bounded and "ProcessingTime" in modes:
         return (
             "its transformWithState has processing-time timers (timeMode "
@@ -69,3 +76,17 @@ def transform_with_state_problem(
             "the processor EventTime timers"
         )
     return None
+
+
+def missing_api_problem(error: BaseException, spark_version: str) -> str | None:
+    """What a node's AttributeError for ``transformWithState`` means on a Spark
+    line without it, and the fix; ``None`` for any other error."""
+    if not isinstance(error, AttributeError) or "'transformWithState" not in str(error):
+        return None
+    return (
+        f"{error}: Spark {spark_version} has no such method. The row-based "
+        "transformWithState came with Spark 4.1; Spark 4.0 has "
+        "transformWithStateInPandas (the same StatefulProcessor, with pandas "
+        "DataFrames in and out). Use it, or move the project to Spark 4.1 or "
+        "later (docs/spark-lines.md)"
+    )

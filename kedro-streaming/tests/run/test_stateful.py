@@ -1,0 +1,106 @@
+"""transformWithState: found in a plan before start, and run by the harness
+with processing-time timers and a time to live."""
+
+import time
+from datetime import datetime
+
+import pytest
+from kedro_streaming._run.stateful import (
+    PROVIDER,
+    missing_api_problem,
+    transform_with_state_problem,
+)
+from pyspark.sql import DataFrame, Row
+from pyspark.sql.streaming import StatefulProcessor
+
+HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+
+
+class Quiet(StatefulProcessor):
+    """Per key: a row once no event has come for a second; the key's count
+    remembered for 10 seconds (its time to live), from its last event."""
+
+    def init(self, handle) -> None:
+        self.handle = handle
+        self.count = handle.getValueState("count", "events BIGINT", 10_000)
+
+    def handleInputRows(self, key, rows, timerValues):
+        events = sum(1 for _ in rows)
+        total = (self.count.get()[0] if self.count.exists() else 0) + events
+        self.count.update((total,))
+        for timer in self.handle.listTimers():
+            self.handle.deleteTimer(timer)
+        self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 1000)
+        return iter([])
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        yield Row(key=key[0], events=self.count.get()[0])
+
+
+def quiet_keys(events: DataFrame) -> DataFrame:
+    return events.groupBy("key").transformWithState(
+        Quiet(), "key STRING, events BIGINT", "Append", "ProcessingTime"
+    )
+
+
+def test_processing_time_timers_fire_and_values_expire_step_by_step(stream_test):
+    quiet = stream_test(quiet_keys, streams={"events": "key STRING"})
+    first = quiet.step(events=[("a",), ("a",), ("b",)])
+    time.sleep(1.5)  # processing time is the system's clock: past the timers
+    fired = quiet.step()
+    time.sleep(10.5)  # past the counts' time to live
+    expired = quiet.step()
+
+    assert [first.rows, fired.rows, expired.rows] == [
+        [],
+        [("a", 2), ("b", 1)],
+        [],
+    ]
+    figures = [
+        [
+            (op.rows, op.timers_set, op.timers_removed, op.ttl_values_removed)
+            for op in step.operators
+        ]
+        for step in (first, fired, expired)
+    ]
+    # A Python processor's fired timers count as removed (Spark reports them
+    # as deleted); the counts stay until their time to live runs out.
+    assert figures == [[(2, 2, 0, 0)], [(2, 0, 2, 0)], [(0, 0, 0, 2)]]
+
+
+@pytest.mark.parametrize(
+    ("provider", "bounded", "refusal"),
+    [
+        pytest.param(None, False, None, id="continuous on RocksDB"),
+        pytest.param(None, True, "the query would never end", id="available_now"),
+        pytest.param(HDFS, False, "keeps its state in RocksDB only", id="HDFS store"),
+    ],
+)
+def test_transform_with_state_is_refused_before_start_where_it_cannot_run(
+    spark, tmp_path, provider, bounded, refusal
+):
+    events = spark.readStream.schema("key STRING").parquet(str(tmp_path))
+    shipped = spark.conf.get(PROVIDER)
+    if provider:
+        spark.conf.set(PROVIDER, provider)
+    try:
+        problem = transform_with_state_problem(
+            spark, quiet_keys(events), bounded=bounded
+        )
+    finally:
+        spark.conf.set(PROVIDER, shipped)
+    assert (problem is None) if refusal is None else (refusal in problem)
+    # A query without it is not looked at.
+    assert transform_with_state_problem(spark, events, bounded=True) is None
+
+
+def test_a_spark_line_without_the_row_api_is_named(spark):
+    grouped = spark.createDataFrame(
+        [("a", datetime(2024, 3, 1))], "key STRING, at TIMESTAMP"
+    )
+    with pytest.raises(AttributeError) as raised:
+        grouped.groupBy("key").transformWithStateInRows  # noqa: B018 (as on Spark 4.0)
+    problem = missing_api_problem(raised.value, "4.0.0")
+    assert "Spark 4.0.0 has no such method" in problem
+    assert "transformWithStateInPandas" in problem
+    assert missing_api_problem(ValueError("other"), "4.0.0") is None
