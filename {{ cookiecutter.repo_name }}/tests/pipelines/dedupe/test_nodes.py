@@ -30,7 +30,9 @@ def kept(step) -> list:
 
 
 def test_each_trip_is_kept_once_whatever_its_copies(stream_test):
-    dedupe = stream_test(unique_trips, streams={"trip_messages": KAFKA}, static={"dedupe": DEDUPE})
+    dedupe = stream_test(
+        unique_trips, streams={"trip_messages": KAFKA}, static={"dedupe": DEDUPE}
+    )
     # Trips 0 and 1, then, after a crash, both written again with trip 2.
     first = dedupe.step(trip_messages=[message(0, 0, 0), message(1, 1, 1)])
     replay = dedupe.step(
@@ -51,4 +53,6 @@ def test_each_trip_is_kept_once_whatever_its_copies(stream_test):
     assert late.late_state_rows_dropped == 1
     # Trips 0 to 2 left the state as the watermark passed them; what stays:
     # trip 3 and the unparsed message (10:25, until 10:35).
-    assert [(op.name, op.rows) for op in later.operators] == [("dedupeWithinWatermark", 2)]
+    assert [(op.name, op.rows) for op in later.operators] == [
+        ("dedupeWithinWatermark", 2)
+    ]
