@@ -39,14 +39,19 @@ def unique_trips(trip_messages: DataFrame, dedupe: dict) -> DataFrame:
         ``message_topic``, ``message_partition``, ``message_offset``
         (where the copy kept was read) and ``message_timestamp``.
     """
-    origin = F.from_json(F.col("value").cast("string"), _ORIGIN_SCHEMA)
+    # Parsed once, into one column: a field taken from `from_json` itself
+    # would be parsed once per field (Spark prunes each to its field).
     messages = trip_messages.select(
-        *[origin[name].alias(name) for name in ORIGIN],
+        F.from_json(F.col("value").cast("string"), _ORIGIN_SCHEMA).alias("_origin"),
         F.col("value").cast("string").alias("message"),
         F.col("topic").alias("message_topic"),
         F.col("partition").alias("message_partition"),
         F.col("offset").alias("message_offset"),
         F.col("timestamp").alias("message_timestamp"),
+    )
+    messages = messages.select(
+        *[f"_origin.{name}" for name in ORIGIN],
+        *[name for name in messages.columns if name.startswith("message")],
     )
     parsed = F.col("kafka_offset").isNotNull()
     # The key and time of a message without an origin: its own, so that it is
