@@ -106,6 +106,17 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
         in (status["quarantined_trips"])
     )
     assert "uncommitted" not in " ".join(status.values())
+    # The summary's state after its last batch, as that batch's record has it.
+    (last_state,) = [
+        r
+        for r in progress_records(fresh_project)
+        if r["query"] == "hourly_borough_summary"
+    ][-1]["state_operators"]
+    assert last_state["name"] == "stateStoreSave"
+    assert (
+        f"state after its last batch: stateStoreSave {last_state['rows']} rows "
+        in status["hourly_borough_summary"]
+    )
 
     # The persisted progress log: one record per micro-batch of each query,
     # every figure the reference's for that batch. Spark's late figure counts
