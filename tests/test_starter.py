@@ -189,6 +189,7 @@ def test_kedro_commands_start_no_spark_and_viz_shows_the_pipelines(
         "live",
         "publish",
         "realtime",
+        "dedupe",
     }
     default = json.loads((project / "build/api/pipelines/__default__").read_text())
     assert {n["name"] for n in default["nodes"] if n["type"] == "task"} == {
