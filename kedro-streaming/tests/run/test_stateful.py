@@ -17,24 +17,28 @@ HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvi
 
 
 class Quiet(StatefulProcessor):
-    """Per key: a row once no event has come for a second; the key's count
-    remembered for 10 seconds (its time to live), from its last event."""
+    """Per key: its events until none has come for a second, then a row; that
+    it was seen is remembered for 10 seconds (a time to live)."""
 
     def init(self, handle) -> None:
         self.handle = handle
-        self.count = handle.getValueState("count", "events BIGINT", 10_000)
+        self.count = handle.getValueState("count", "events BIGINT")
+        self.seen = handle.getValueState("seen", "seen BOOLEAN", 10_000)
 
     def handleInputRows(self, key, rows, timerValues):
         events = sum(1 for _ in rows)
         total = (self.count.get()[0] if self.count.exists() else 0) + events
         self.count.update((total,))
+        self.seen.update((True,))
         for timer in self.handle.listTimers():
             self.handle.deleteTimer(timer)
         self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 1000)
         return iter([])
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-        yield Row(key=key[0], events=self.count.get()[0])
+        (events,) = self.count.get()
+        self.count.clear()
+        yield Row(key=key[0], events=events)
 
 
 def quiet_keys(events: DataFrame) -> DataFrame:
@@ -64,8 +68,9 @@ def test_processing_time_timers_fire_and_values_expire_step_by_step(stream_test)
         for step in (first, fired, expired)
     ]
     # A Python processor's fired timers count as removed (Spark reports them
-    # as deleted); the counts stay until their time to live runs out.
-    assert figures == [[(2, 2, 0, 0)], [(2, 0, 2, 0)], [(0, 0, 0, 2)]]
+    # as deleted); the counts go when they fire, what was seen when its time
+    # to live runs out.
+    assert figures == [[(4, 2, 0, 0)], [(2, 0, 2, 0)], [(0, 0, 0, 2)]]
 
 
 @pytest.mark.parametrize(
