@@ -204,7 +204,10 @@ def _logs_of_another_folder(run: RunEntries) -> list[str]:
         ]
         folders = [_folder(run.sources[s].path) for s in read if run.sources[s].path]
         recorded = _recorded_folder(sink.checkpoint, "sources/0") if read else None
-        if recorded and folders and not any(_inside(recorded, f) for f in folders):
+        # sources/0 may be another source of the query: a sink of this run
+        # read back as a stream is not among the run's sources.
+        known = folders + [_folder(s.path) for s in run.sinks.values() if s.path]
+        if recorded and folders and not any(_inside(recorded, f) for f in known):
             problems.append(
                 f"'{name}' has a checkpoint that read '{recorded}', not "
                 f"{' or '.join(repr(str(f)) for f in folders)}: the project (or "

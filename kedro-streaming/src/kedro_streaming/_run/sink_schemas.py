@@ -202,9 +202,12 @@ def state_problem(checkpoint: str | None, frame: DataFrame) -> str | None:
     planned = planned_state_schemas(frame)
     if planned is None:  # Spark Connect: no plan to read here
         return None
-    if len(planned) != len(stored):
+    # Counted by folder: a join keeps its schemas a level down
+    # (state/<id>/<partition>/<side>), where none is read here.
+    recorded = recorded_operator_count(checkpoint)
+    if len(planned) != recorded:
         return (
-            f"its checkpoint holds the state of {len(stored)} stateful "
+            f"its checkpoint holds the state of {recorded} stateful "
             f"operator(s), and the query now has {len(planned)}"
         )
     for operator, (kind, keys, values) in enumerate(planned):
@@ -231,6 +234,15 @@ def _columns(schema: StructType) -> str:
     return (
         "(" + ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema) + ")"
     )
+
+
+def recorded_operator_count(checkpoint: str) -> int:
+    """How many stateful operators ``<checkpoint>/state`` has a folder for."""
+    fs, root = fsspec.core.url_to_fs(f"{checkpoint.rstrip('/')}/state")
+    if not fs.exists(root):
+        return 0
+    entries = fs.ls(root, detail=False)
+    return sum(entry.rstrip("/").rsplit("/", 1)[-1].isdigit() for entry in entries)
 
 
 def recorded_state_schemas(checkpoint: str) -> dict[int, tuple[StructType, StructType]]:
