@@ -4,6 +4,7 @@ a column is added, refused before the query starts otherwise."""
 import glob
 import json
 import logging
+from datetime import datetime
 
 import pandas as pd
 import pytest
@@ -12,6 +13,12 @@ from kedro.pipeline import node, pipeline
 from kedro_streaming import SparkStreamingDataset, StreamingConfigError
 from kedro_streaming._run.hooks import StreamingQueryHooks
 from kedro_streaming._run.plans import build_plans
+from kedro_streaming._run.sink_schemas import (
+    planned_state_schemas,
+    recorded_operator_count,
+    state_problem,
+)
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 FIX = (
@@ -208,3 +215,35 @@ def test_a_changed_schema_or_state_is_refused_before_the_query_starts(
     # validate's dry run refuses it with the same words.
     problems = dry_run(spark, catalog_of(tmp_path, schema), second)[1]
     assert problems == [f"query out (node write): {message}"]
+
+
+def unique_paid(events: DataFrame, payments: DataFrame) -> DataFrame:
+    """Deduplicated events joined with their payments: two stateful operators,
+    the join's schemas a level below the other's in the checkpoint."""
+    unique = events.withWatermark("at", "10 minutes").dropDuplicatesWithinWatermark(
+        ["id"]
+    )
+    paid = payments.withWatermark("paid_at", "10 minutes")
+    return unique.join(
+        paid,
+        (unique.id == paid.pid)
+        & paid.paid_at.between(unique.at, unique.at + F.expr("INTERVAL 5 MINUTES")),
+    )
+
+
+def test_a_join_after_a_dedupe_resumes_its_checkpoint(stream_test, tmp_path):
+    """Found by a new user: the join's state was not counted, and the second
+    run refused ("1 stateful operator(s), and the query now has 2")."""
+    query = stream_test(
+        unique_paid,
+        streams={
+            "events": "id STRING, at TIMESTAMP",
+            "payments": "pid STRING, paid_at TIMESTAMP",
+        },
+    )
+    start = datetime(2024, 3, 1, 10)
+    query.step(events=[("a", start)], payments=[("a", start)])
+    (checkpoint,) = glob.glob(str(tmp_path / "stream-0/checkpoints/*"))
+    frame = next(iter(query._frames.values()))  # noqa: SLF001 (the query's plan)
+    assert recorded_operator_count(checkpoint) == len(planned_state_schemas(frame)) == 2
+    assert state_problem(checkpoint, frame) is None
