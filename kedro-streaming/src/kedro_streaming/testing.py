@@ -36,7 +36,6 @@ from __future__ import annotations
 import inspect
 import json
 import shutil
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -46,7 +45,7 @@ from typing import Any
 
 from kedro.pipeline import Node, Pipeline, node
 from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from kedro_streaming._connectors.sink_args import OUTPUT_MODES
@@ -55,6 +54,7 @@ from kedro_streaming._run.metrics import unix_time
 from kedro_streaming._run.progress import expectation_counts, metric_row
 from kedro_streaming._run.state_operators import StateOperator, state_operators
 from kedro_streaming._run.stateful import transform_with_state_modes
+from kedro_streaming._testing_queries import start_step_query, until_caught_up
 
 
 @dataclass
@@ -303,7 +303,7 @@ class StreamTest:
         collected: dict[str, list[list[Row]]] = {sink: [] for sink in self._sinks}
         queries = {
             sink: self._running.get(sink)
-            or _start(
+            or start_step_query(
                 frame.writeStream.outputMode(self._modes[sink])
                 .foreachBatch(_collector(self._collected[sink]))
                 .option(
@@ -322,7 +322,7 @@ class StreamTest:
                 # slept (processing time is the system's clock), is the step's.
                 self._running[sink] = query
                 seen = self._seen.get(sink, -1)
-                reports = _until_caught_up(query, self._landed, seen)
+                reports = until_caught_up(query, self._landed, seen)
                 self._seen[sink] = max(report["batchId"] for report in reports)
             else:
                 query.awaitTermination()
@@ -369,68 +369,6 @@ def _as_pipeline(
     return Pipeline(
         [node(target, {name: name for name in names}, f"{target.__name__}_output")]
     )
-
-
-# A query with processing-time timers runs batch after batch between steps.
-# (A 250 ms interval failed the timers test: a timer's value was gone when it
-# fired; not understood yet.)
-_CLOCKED_TRIGGER = "0 seconds"
-
-
-def _start(writer: DataStreamWriter, clocked: bool) -> StreamingQuery:
-    """The step's query: ``availableNow``, which stops by itself once the
-    step's data (and the batch the watermark asks for) is through; for
-    processing-time timers, which ``availableNow`` would never finish, batch
-    after batch."""
-    if clocked:
-        return writer.trigger(processingTime=_CLOCKED_TRIGGER).start()
-    return writer.trigger(availableNow=True).start()
-
-
-def _until_caught_up(
-    query: StreamingQuery, landed: dict[str, int], seen: int, timeout: float = 300
-) -> list[dict[str, Any]]:
-    """The reports of the batches after batch ``seen``, once they have read
-    every row the step landed in the folders the query reads (``landed``:
-    folder -> rows), in at least one batch that began after the step did."""
-    began = time.time()
-    deadline = time.monotonic() + timeout
-    while True:
-        reports = [
-            report
-            for report in (json.loads(r.json) for r in query.recentProgress)
-            if report["batchId"] > seen and "addBatch" in report.get("durationMs", {})
-        ]
-        read: Counter = Counter()
-        for report in reports:
-            for source in report.get("sources", []):
-                for folder in landed:
-                    if folder in source["description"]:
-                        read[folder] += source.get("numInputRows", 0)
-        late_enough = any(unix_time(report["timestamp"]) >= began for report in reports)
-        if late_enough and all(
-            read[folder] >= landed[folder]
-            for folder in read.keys() | _read_by(reports, landed)
-        ):
-            return reports
-        if query.exception() is not None or time.monotonic() > deadline:
-            query.stop()
-            raise RuntimeError(
-                f"query {query.name or query.id} did not read the step's data "
-                f"within {timeout:.0f} s: {query.exception() or query.status}"
-            )
-        time.sleep(0.05)
-
-
-def _read_by(reports: list[dict[str, Any]], landed: dict[str, int]) -> set[str]:
-    """The folders among ``landed`` that the reports' sources read."""
-    return {
-        folder
-        for report in reports
-        for source in report.get("sources", [])
-        for folder in landed
-        if folder in source["description"]
-    }
 
 
 def _collector(
