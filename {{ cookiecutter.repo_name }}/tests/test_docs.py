@@ -4,7 +4,6 @@ tests, so that the code a page shows is the code that passes."""
 import re
 from pathlib import Path
 
-import pyspark
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -37,10 +36,4 @@ STATEFUL = recipe("stateful.md")
 
 @pytest.mark.parametrize("test", sorted(n for n in STATEFUL if n.startswith("test_")))
 def test_stateful_recipe(test, stream_test):
-    row_api = "busy_spells" in STATEFUL[test].__code__.co_names
-    if row_api and tuple(map(int, pyspark.__version__.split(".")[:2])) < (4, 1):
-        pytest.skip(
-            f"transformWithState's row API came with Spark 4.1; this project runs "
-            f"Spark {pyspark.__version__} (docs/stateful.md: transformWithStateInPandas)"
-        )
     STATEFUL[test](stream_test)

@@ -1,12 +1,15 @@
 """File sources and sinks checked before start: a project moved with its
 checkpoints, and a misspelt checkpoint named alone."""
 
+import json
 import shutil
 
 import pytest
 from kedro.io import DataCatalog
+from kedro.pipeline import Pipeline, node
 from kedro_streaming import StreamingConfigError
-from kedro_streaming._run.checks import check_configuration
+from kedro_streaming._run.checks import check_before_spark, check_configuration
+from kedro_streaming._run.state import StreamState
 
 
 def entries(root) -> dict:
@@ -84,3 +87,88 @@ def test_a_misspelt_checkpoint_is_the_one_problem_named(tmp_path):
         "Streaming configuration in conf/ cannot work:\n"
         "  - 'copied' has `checkpiont` in its save_args: did you mean `checkpoint`?"
     )
+
+
+def test_a_query_reading_another_query_s_sink_resumes_and_is_refused_once_moved(
+    spark, tmp_path
+):
+    """A query split in two: ``merged`` reads ``copied``'s sink back as a
+    stream, with ``events``. Each of its checkpoint's sources must lie in a
+    folder it reads, the sink read back included."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    config = entries(here)
+    config["events"] = {**config["landing"], "filepath": str(here / "data/events")}
+    config["merged"] = {
+        **config["copied"],
+        "filepath": str(here / "data/merged"),
+        "save_args": {"checkpoint": str(here / "data/checkpoints/merged")},
+    }
+    for folder, ids in (("landing", [1, 2]), ("events", [3])):
+        (here / "data" / folder).mkdir(parents=True)
+        (here / "data" / folder / "0.json").write_text(
+            "".join(f'{{"id": {i}}}\n' for i in ids)
+        )
+
+    def copy(landing):
+        return landing
+
+    def merge(copied, events):
+        return copied.unionByName(events)
+
+    pipeline = Pipeline(
+        [
+            node(copy, "landing", "copied", name="copy"),
+            node(merge, ["copied", "events"], "merged", name="merge"),
+        ]
+    )
+
+    def check(root):
+        catalog = DataCatalog.from_config(
+            json.loads(json.dumps(config).replace(str(here), str(root)))
+        )
+        check_before_spark(catalog, pipeline, {}, StreamState(str(root / "state")))
+        return catalog
+
+    catalog = check(here)
+    for sink, inputs, function in (
+        ("copied", ["landing"], copy),
+        ("merged", ["copied", "events"], merge),
+    ):
+        for _ in range(2):  # the second run resumes its checkpoint
+            check(here)
+            frames = [catalog[name].load() for name in inputs]
+            catalog[sink].start(
+                function(*frames), trigger={"availableNow": True}
+            ).awaitTermination()
+    assert sorted(spark.read.parquet(str(here / "data/merged")).collect()) == [
+        (1,),
+        (2,),
+        (3,),
+    ]
+
+    shutil.copytree(here, there)
+    with pytest.raises(StreamingConfigError) as raised:
+        check(there)
+    moved = (
+        "the project (or its data) moved with its checkpoints, which keep "
+        "absolute paths, and Spark would fail at the first batch. Start the query "
+        "afresh here with `kedro streams reset {}`, or run it where it was"
+    )
+    sink_moved = (
+        "the project (or its data) moved, and Spark's file sink keeps absolute "
+        "paths, so a stream over it would fail. Start it afresh here with `kedro "
+        "streams reset {}`, or run it where it was"
+    )
+    old, new = here / "data", there / "data"
+    assert str(raised.value).splitlines() == [
+        "Streaming configuration in conf/ cannot work:",
+        f"  - 'copied' has a checkpoint that read '{old}/landing', not "
+        f"'{new}/landing': " + moved.format("copied"),
+        f"  - 'copied' has a log that names files in '{old}/copied', not in its "
+        f"folder '{new}/copied': " + sink_moved.format("copied"),
+        f"  - 'merged' has a checkpoint that read '{old}/copied' and "
+        f"'{old}/events', not '{new}/events' or '{new}/copied': "
+        + moved.format("merged"),
+        f"  - 'merged' has a log that names files in '{old}/merged', not in its "
+        f"folder '{new}/merged': " + sink_moved.format("merged"),
+    ]

@@ -39,13 +39,23 @@ class Entry(Protocol):
 class RunEntries:
     """The streaming entries a run reads and writes.
 
-    ``readers`` maps each source to the sinks whose queries read it.
+    ``readers`` maps each entry a query reads (a source, or a sink of the
+    run read back as a stream) to the sinks whose queries read it.
     """
 
     sources: dict[str, Entry]
     sinks: dict[str, Entry]
     readers: dict[str, list[str]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+
+    def read_by(self, sink: str) -> dict[str, Entry]:
+        """The entries the sink's query reads."""
+        entries = {**self.sinks, **self.sources}
+        return {
+            name: entries[name]
+            for name, sinks in self.readers.items()
+            if sink in sinks and name in entries
+        }
 
 
 class Connector:

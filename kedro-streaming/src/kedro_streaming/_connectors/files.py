@@ -91,6 +91,10 @@ def _file_sinks_ahead_of_their_checkpoint(
     return problems
 
 
+def _local(path: str) -> bool:
+    return "://" not in path or path.startswith("file:")
+
+
 def _folder(path: str) -> Path:
     return Path(os.path.abspath(path.removeprefix("file://")))
 
@@ -197,26 +201,27 @@ def _logs_of_another_folder(run: RunEntries) -> list[str]:
     again at every restart."""
     problems = []
     for name, sink in run.sinks.items():
-        read = [
-            source
-            for source, sinks in run.readers.items()
-            if name in sinks and run.sources[source].file_format in FILE_FORMATS
+        folders = [
+            _folder(entry.path)
+            for entry in run.read_by(name).values()
+            if entry.file_format in FILE_FORMATS and entry.path
         ]
-        folders = [_folder(run.sources[s].path) for s in read if run.sources[s].path]
-        recorded = _recorded_folder(sink.checkpoint, "sources/0") if read else None
-        # sources/0 may be another source of the query: a sink of this run
-        # read back as a stream is not among the run's sources.
-        known = folders + [_folder(s.path) for s in run.sinks.values() if s.path]
-        if recorded and folders and not any(_inside(recorded, f) for f in known):
+        # One log per source of the query (sources/<i>, in the plan's order,
+        # which the catalog does not give): each must lie in a folder read.
+        recorded = _recorded_source_folders(sink.checkpoint) if folders else []
+        elsewhere = [r for r in recorded if not any(_inside(r, f) for f in folders)]
+        if elsewhere:
             problems.append(
-                f"'{name}' has a checkpoint that read '{recorded}', not "
-                f"{' or '.join(repr(str(f)) for f in folders)}: the project (or "
-                "its data) moved with its checkpoints, which keep absolute paths, "
-                "and Spark would fail at the first batch. Start the query afresh "
-                f"here with `kedro streams reset {name}`, or run it where it was"
+                f"'{name}' has a checkpoint that read "
+                f"{' and '.join(repr(str(r)) for r in elsewhere)}, not "
+                f"{' or '.join(repr(str(f)) for f in folders)}: the project "
+                "(or its data) moved with its checkpoints, which keep absolute "
+                "paths, and Spark would fail at the first batch. Start the "
+                f"query afresh here with `kedro streams reset {name}`, or run "
+                "it where it was"
             )
-        if sink.file_format in APPEND_ONLY_FORMATS and sink.path:
-            written = _recorded_folder(sink.path, "_spark_metadata")
+        if sink.file_format in APPEND_ONLY_FORMATS and sink.path and _local(sink.path):
+            written = _recorded_folder(_folder(sink.path) / "_spark_metadata")
             if written and not _inside(written, _folder(sink.path)):
                 problems.append(
                     f"'{name}' has a log that names files in '{written}', not in "
@@ -228,13 +233,18 @@ def _logs_of_another_folder(run: RunEntries) -> list[str]:
     return problems
 
 
-def _recorded_folder(root: str | None, log: str) -> Path | None:
+def _recorded_source_folders(checkpoint: str | None) -> list[Path]:
+    """The folder each file source of a local checkpoint last read from."""
+    if not checkpoint or not _local(checkpoint):
+        return []
+    logs = (_folder(checkpoint) / "sources").glob("*")
+    return [f for log in sorted(logs) if (f := _recorded_folder(log)) is not None]
+
+
+def _recorded_folder(log: Path) -> Path | None:
     """The folder of the first file the newest entry of a Spark file log
-    (``<root>/<log>/<batch>``) names, if ``root`` is local and has one."""
-    if not root or ("://" in root and not root.startswith("file:")):
-        return None
-    folder = _folder(root) / log
-    entries = [p for p in folder.glob("*") if p.name.split(".")[0].isdigit()]
+    (``<log>/<batch>``) names, if it has one."""
+    entries = [p for p in log.glob("*") if p.name.split(".")[0].isdigit()]
     if not entries:
         return None
     newest = max(entries, key=lambda p: int(p.name.split(".")[0]))

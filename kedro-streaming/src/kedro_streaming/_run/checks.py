@@ -136,6 +136,21 @@ def check_runtime_params(config_loader: Any) -> None:
         )
 
 
+def run_readers(
+    catalog: DataCatalog,
+    pipeline: Pipeline,
+    sources: dict[str, SparkStreamingDataset],
+    sinks: dict[str, SparkStreamingDataset],
+) -> dict[str, list[str]]:
+    """Each source, and each sink read back as a stream, with the sinks whose
+    queries read it."""
+    readers: dict[str, list[str]] = {name: [] for name in sources}
+    for sink in sinks:
+        for name in query_sources(catalog, pipeline, sink):
+            readers.setdefault(name, []).append(sink)
+    return readers
+
+
 def check_configuration(
     sinks: dict[str, SparkStreamingDataset],
     sources: dict[str, SparkStreamingDataset],
@@ -196,11 +211,7 @@ def check_before_spark(
     sinks = streaming_datasets(catalog, pipeline.all_outputs())
     sources = streaming_datasets(catalog, pipeline.inputs())
     check_streams_have_sinks(catalog, pipeline, {**sources, **sinks}, other_envs)
-    readers = {
-        source: [s for s in sinks if source in query_sources(catalog, pipeline, s)]
-        for source in sources
-    }
-    check_configuration(sinks, sources, readers)
+    check_configuration(sinks, sources, run_readers(catalog, pipeline, sources, sinks))
     for connector in CONNECTORS:
         connector.check_before_spark(RunEntries(sources, sinks, settings=settings))
     running = {name: info for name, info in state.running().items() if name in sinks}
@@ -245,7 +256,7 @@ def check_run(
         check_paths_reach_the_cluster(
             dataset_paths(catalog, pipeline.datasets()), location, env
         )
-    readers = {name: [s for s in sinks if name in sources_of(s)] for name in sources}
+    readers = run_readers(catalog, pipeline, sources, sinks)
     run = RunEntries(sources, sinks, readers, settings)
     for connector in CONNECTORS:
         connector.check_with_spark(spark, run)
