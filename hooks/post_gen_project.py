@@ -139,7 +139,6 @@ TAXI_ONLY = [
     "docs/delta.md",
     "docs/guarantees.md",
     "docs/configuration.md",
-    "docs/testing.md",
 ]
 
 
