@@ -4,6 +4,8 @@ and, for processing-time timers, a query that runs from step to step."""
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -72,3 +74,21 @@ def _read_by(reports: list[dict[str, Any]], landed: dict[str, int]) -> set[str]:
         for folder in landed
         if folder in source["description"]
     }
+
+
+def stop_between_batches(query: StreamingQuery, batch_done: threading.Event) -> None:
+    """Stops a query that runs from step to step just after its
+    ``foreachBatch`` call returned (``batch_done``, which the call sets), so
+    that the stop interrupts Spark's own code, not the call: interrupted
+    there, py4j logs an error with the whole traceback, and Spark a
+    StackOverflowError (nothing is lost either way: the batch is not
+    committed, and runs again at the next start)."""
+    batch_done.clear()
+    batch_done.wait(timeout=60)
+    py4j = logging.getLogger("py4j.clientserver")
+    level = py4j.level
+    py4j.setLevel(logging.CRITICAL)  # if the next call began all the same
+    try:
+        query.stop()
+    finally:
+        py4j.setLevel(level)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import inspect
 import json
 import shutil
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -54,7 +55,11 @@ from kedro_streaming._run.metrics import unix_time
 from kedro_streaming._run.progress import expectation_counts, metric_row
 from kedro_streaming._run.state_operators import StateOperator, state_operators
 from kedro_streaming._run.stateful import transform_with_state_modes
-from kedro_streaming._testing_queries import start_step_query, until_caught_up
+from kedro_streaming._testing_queries import (
+    start_step_query,
+    stop_between_batches,
+    until_caught_up,
+)
 
 
 @dataclass
@@ -177,6 +182,7 @@ class StreamTest:
             sink: [] for sink in self._sinks
         }
         self._running: dict[str, StreamingQuery] = {}
+        self._batch_done = {sink: threading.Event() for sink in self._sinks}
         self._seen: dict[str, int] = {}
         self._frames = self._build()
 
@@ -305,7 +311,7 @@ class StreamTest:
             sink: self._running.get(sink)
             or start_step_query(
                 frame.writeStream.outputMode(self._modes[sink])
-                .foreachBatch(_collector(self._collected[sink]))
+                .foreachBatch(_collector(self._collected[sink], self._batch_done[sink]))
                 .option(
                     "checkpointLocation", str(self._workdir / "checkpoints" / sink)
                 ),
@@ -315,9 +321,8 @@ class StreamTest:
         }
         for sink, query in queries.items():
             if self._clocked[sink]:
-                # Spark runs batches for its timers for ever (and, once
-                # restarted, none until new data comes): the query runs from
-                # step to step, and a step waits for a batch that began after
+                # Spark runs batches for its timers for ever: the query
+                # runs from step to step, and a step waits for a batch that began after
                 # it and read its data. What fired meanwhile, as the test
                 # slept (processing time is the system's clock), is the step's.
                 self._running[sink] = query
@@ -346,8 +351,8 @@ class StreamTest:
     def close(self) -> None:
         """Stops the queries that run from step to step (processing-time
         timers); the ``stream_test`` fixture calls it after the test."""
-        for query in self._running.values():
-            query.stop()
+        for sink, query in self._running.items():
+            stop_between_batches(query, self._batch_done[sink])
         self._running.clear()
 
 
@@ -372,10 +377,16 @@ def _as_pipeline(
 
 
 def _collector(
-    batches: list[tuple[int, list[Row]]],
+    batches: list[tuple[int, list[Row]]], done: threading.Event
 ) -> Callable[[DataFrame, int], None]:
     def collect(batch: DataFrame, batch_id: int) -> None:
-        batches.append((batch_id, sorted(batch.collect(), key=_sort_key)))
+        rows = sorted(batch.collect(), key=_sort_key)
+        # A batch given again before any step took it was never committed
+        # (its query stopped by `close` or `restart` in between): once.
+        if batches and batches[-1][0] == batch_id:
+            batches.pop()
+        batches.append((batch_id, rows))
+        done.set()
 
     return collect
 

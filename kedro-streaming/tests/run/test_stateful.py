@@ -1,6 +1,7 @@
 """transformWithState: found in a plan before start, and run by the harness
 with processing-time timers and a time to live."""
 
+import threading
 import time
 from datetime import datetime
 
@@ -10,6 +11,7 @@ from kedro_streaming._run.stateful import (
     missing_api_problem,
     transform_with_state_problem,
 )
+from kedro_streaming.testing import _collector
 from pyspark.sql import DataFrame, Row
 from pyspark.sql.streaming import StatefulProcessor
 
@@ -47,9 +49,12 @@ def quiet_keys(events: DataFrame) -> DataFrame:
     )
 
 
-def test_processing_time_timers_fire_and_values_expire_step_by_step(stream_test):
+def test_processing_time_timers_fire_and_values_expire_step_by_step(
+    stream_test, caplog
+):
     quiet = stream_test(quiet_keys, streams={"events": "key STRING"})
     first = quiet.step(events=[("a",), ("a",), ("b",)])
+    quiet.restart()  # the timers and values are kept, and fire once
     time.sleep(1.5)  # processing time is the system's clock: past the timers
     fired = quiet.step()
     time.sleep(10.5)  # past the counts' time to live
@@ -71,6 +76,20 @@ def test_processing_time_timers_fire_and_values_expire_step_by_step(stream_test)
     # as deleted); the counts go when they fire, what was seen when its time
     # to live runs out.
     assert figures == [[(4, 2, 0, 0)], [(2, 0, 2, 0)], [(0, 0, 0, 2)]]
+    # Stopped between two batches, not in one: nothing for py4j to report.
+    assert "Python Proxy" not in caplog.text
+
+
+def test_a_batch_given_again_before_a_step_took_it_is_collected_once(spark):
+    """Stopped after its rows were collected and before its commit, a batch
+    runs again at the next start with the same id."""
+    batches, done = [], threading.Event()
+    collect = _collector(batches, done)
+    collect(spark.createDataFrame([("b",), ("a",)], "key STRING"), 3)
+    collect(spark.createDataFrame([("a",), ("b",)], "key STRING"), 3)
+    collect(spark.createDataFrame([("c",)], "key STRING"), 4)
+    assert batches == [(3, [("a",), ("b",)]), (4, [("c",)])]
+    assert done.is_set()
 
 
 @pytest.mark.parametrize(

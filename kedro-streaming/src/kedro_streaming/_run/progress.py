@@ -107,7 +107,7 @@ class ProgressLog:
         if states:
             self.stateful.add(name)
         stateful = (
-            f", watermark {report.get('eventTime', {}).get('watermark', 'none')}, "
+            f", watermark {_watermark(report)}, "
             f"{sum(state.get('numRowsTotal', 0) for state in states)} state rows "
             f"({describe_state(state_operators(report))}), "
             f"{batch['late_state_rows_dropped']} late state rows dropped"
@@ -175,3 +175,12 @@ def _reports_newest_first(query: StreamingQuery) -> Iterator[dict[str, Any]]:
     reports = jquery.recentProgress()
     for index in range(len(reports) - 1, -1, -1):
         yield json.loads(reports[index].json())
+
+
+def _watermark(report: dict) -> str:
+    """The query's watermark as its progress line shows it: Spark reports
+    the epoch (1970-01-01) until an event time has been seen."""
+    watermark = report.get("eventTime", {}).get("watermark")
+    if not watermark:
+        return "none"
+    return "not yet set" if watermark.startswith("1970-01-01T00:00:00") else watermark
