@@ -186,6 +186,14 @@ def _described_totals(query_totals: dict[str, Any] | None) -> list[str]:
         written += (
             f", {query_totals['late_state_rows_dropped']} late state rows dropped"
         )
+    unlogged = query_totals.get("unlogged_batches", 0)
+    if unlogged:
+        them, their = ("it", "its") if unlogged == 1 else ("them", "their")
+        written += (
+            f", and {unlogged} {'batch' if unlogged == 1 else 'batches'} committed "
+            f"but not logged (a run killed before it logged {them}: {their} rows "
+            "are not counted)"
+        )
     parts = [written]
     if query_totals.get("state_operators"):
         operators = [StateOperator(**op) for op in query_totals["state_operators"]]

@@ -3,7 +3,11 @@ import os
 import time
 
 import pytest
+from kedro.io import DataCatalog
+from kedro.pipeline import Pipeline, node
 from kedro_streaming._run.state import STALE_SECONDS, StreamState
+from kedro_streaming._run.supervisor import QuerySupervisor
+from kedro_streaming.commands import _described_totals
 from kedro_streaming.errors import StreamingConfigError
 
 
@@ -76,3 +80,70 @@ def test_running_queries_are_those_with_a_recent_heartbeat(tmp_path):
 def test_state_dir_must_be_a_local_folder():
     with pytest.raises(StreamingConfigError, match="local or mounted path"):
         StreamState("s3a://bucket/streams")
+
+
+def test_batches_a_killed_run_committed_but_never_logged_are_counted_as_such(
+    spark, tmp_path, caplog
+):
+    """Killed between a batch's commit and its record, a run leaves a batch
+    the totals never saw: the next start says so, and the totals count it."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    catalog = DataCatalog.from_config(
+        {
+            "landing": {
+                "type": "kedro_streaming.SparkStreamingDataset",
+                "filepath": str(landing),
+                "file_format": "json",
+                "load_args": {"schema": "id INT"},
+            },
+            "copied": {
+                "type": "kedro_streaming.SparkStreamingDataset",
+                "filepath": str(tmp_path / "copied"),
+                "file_format": "parquet",
+                "save_args": {"checkpoint": str(tmp_path / "checkpoint")},
+            },
+        }
+    )
+    pipeline = Pipeline([node(lambda frame: frame, "landing", "copied", name="copy")])
+    state = StreamState(str(tmp_path / "state"))
+
+    def run(ids: list[int], supervised: bool = True) -> None:
+        (landing / f"{ids[0]}.json").write_text(
+            "".join(f'{{"id": {i}}}\n' for i in ids)
+        )
+        trigger = {"availableNow": True}
+        if not supervised:  # the batch commits; its record is never written
+            catalog["copied"].start(
+                catalog["landing"].load(), trigger=trigger
+            ).awaitTermination()
+            return
+        supervisor = QuerySupervisor(
+            catalog, pipeline, triggers={"copied": trigger}, state=state
+        )
+        supervisor.start("copied", catalog["landing"].load())
+        supervisor.run_to_the_end()
+        supervisor.end()
+
+    run([1, 2])
+    run([3], supervised=False)
+    run([4, 5, 6, 7])
+    run([8])
+
+    assert caplog.text.count("committed by an earlier run") == 1
+    assert (
+        "Query copied: batch 1 was committed by an earlier run that ended before "
+        "it logged it (killed): not in the query's totals of rows, which count it "
+        "as unlogged." in caplog.text
+    )
+    totals = state.totals()["copied"]
+    assert [totals[k] for k in ("batches", "rows_written", "last_batch")] == [
+        3,
+        7,
+        3,
+    ]
+    assert totals["unlogged_batches"] == 1
+    assert _described_totals(totals) == [
+        "7 rows written in 3 batches, and 1 batch committed but not logged (a "
+        "run killed before it logged it: its rows are not counted)"
+    ]

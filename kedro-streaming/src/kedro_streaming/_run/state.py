@@ -6,7 +6,9 @@
   least the last ``max_bytes`` and never more than twice that.
 - ``totals.json``: per query, the sums since its last reset (batches, rows
   in, written, quarantined, late state rows dropped, and the records each
-  expectation caught), which outlive the rotation.
+  expectation caught), which outlive the rotation; and the batches a
+  checkpoint committed that no record logged (a run killed between a
+  batch's commit and its record), counted as such at the next start.
 - ``running/<query>.json``: the process running a query, with a heartbeat a
   few seconds old at most while it runs; removed when it stops.
 
@@ -112,6 +114,24 @@ class StreamState:
         except (OSError, ValueError):
             return {}
 
+    def note_unlogged(self, query: str, checkpoint: str | None) -> list[int]:
+        """The batches ``checkpoint`` committed after the query's last logged
+        one, now counted in its totals as ``unlogged_batches`` (their figures
+        are unknown). A run killed between a batch's commit and its record
+        leaves them; the next run's start finds them."""
+        totals = self.totals()
+        logged = totals.get(query, {}).get("last_batch")
+        committed = last_committed_batch(checkpoint)
+        if logged is None or committed is None or committed <= logged:
+            return []
+        missed = list(range(logged + 1, committed + 1))
+        totals[query]["unlogged_batches"] = totals[query].get(
+            "unlogged_batches", 0
+        ) + len(missed)
+        totals[query]["last_batch"] = committed
+        self._write_json(self.path / TOTALS_FILE, totals)
+        return missed
+
     def forget(self, queries: set[str]) -> None:
         """Drops the totals of reset queries; their old records stay in the log."""
         totals = {k: v for k, v in self.totals().items() if k not in queries}
@@ -157,6 +177,15 @@ class StreamState:
         partial = path.with_name(f".{path.name}.tmp")
         partial.write_text(json.dumps(value, indent=1, sort_keys=True))
         partial.replace(path)  # a reader never sees half a file
+
+
+def last_committed_batch(checkpoint: str | None) -> int | None:
+    """The id of the last batch a local checkpoint committed (``commits/<id>``)."""
+    if not checkpoint or ("://" in checkpoint and not checkpoint.startswith("file:")):
+        return None
+    commits = Path(checkpoint.removeprefix("file://")) / "commits"
+    ids = [int(p.name) for p in commits.glob("[0-9]*") if p.name.isdigit()]
+    return max(ids, default=None)
 
 
 def _alive(pid: int) -> bool:

@@ -82,6 +82,18 @@ class QuerySupervisor:
                 self.stop_all()
                 raise StreamingConfigError(f"'{name}': {problem}.")
         self._observations.report_once(name, data, self._progress, self._checkpoint)
+        missed = self._state.note_unlogged(name, self._checkpoint(name))
+        if missed:
+            logger.warning(
+                "Query %s: %s committed by an earlier run that ended before it "
+                "logged %s (killed): not in the query's totals of rows, which "
+                "count %s as unlogged.",
+                name,
+                f"batch {missed[0]} was"
+                if len(missed) == 1
+                else f"batches {missed[0]} to {missed[-1]} were",
+                *(("it", "it") if len(missed) == 1 else ("them", "them")),
+            )
         try:
             query = dataset.start(data, trigger=self._triggers[name], query_name=name)
         except (DatasetError, StreamingConfigError) as error:
