@@ -10,9 +10,11 @@ from kedro_streaming._run.stateful import (
     PROVIDER,
     missing_api_problem,
     transform_with_state_problem,
+    unwatermarked_join_note,
 )
 from kedro_streaming.testing import _collector
 from pyspark.sql import DataFrame, Row
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -128,3 +130,52 @@ def test_a_spark_line_without_the_row_api_is_named(spark):
     assert "Spark 4.0.0 has no such method" in problem
     assert "transformWithStateInPandas" in problem
     assert missing_api_problem(ValueError("other"), "4.0.0") is None
+
+
+@pytest.mark.parametrize(
+    ("watermarked", "unwatermarked"),
+    [
+        pytest.param(("trips", "payments"), [], id="both sides"),
+        pytest.param(("trips",), ["payments"], id="one side"),
+        pytest.param((), ["trips", "payments"], id="neither side"),
+    ],
+)
+def test_a_join_of_two_streams_that_keeps_a_side_for_ever_is_noted(
+    spark, tmp_path, watermarked, unwatermarked
+):
+    def stream(name: str) -> DataFrame:
+        (tmp_path / name).mkdir()
+        frame = spark.readStream.schema(f"id INT, {name}_at TIMESTAMP").parquet(
+            str(tmp_path / name)
+        )
+        if name in watermarked:
+            frame = frame.withWatermark(f"{name}_at", "10 minutes")
+        return frame
+
+    zones = spark.createDataFrame([(1, "Queens")], "id INT, borough STRING")
+    trips, payments = stream("trips"), stream("payments")
+    joined = trips.join(
+        payments,
+        (trips.id == payments.id)
+        & payments.payments_at.between(
+            trips.trips_at, trips.trips_at + F.expr("INTERVAL 15 MINUTES")
+        ),
+    ).join(zones, trips.id == zones.id)  # a stream-static join keeps no state
+
+    note = unwatermarked_join_note(joined)
+    sides = [f"FileSource[{tmp_path / name}]" for name in unwatermarked]
+    if not sides:
+        assert note is None
+        return
+    which = (
+        f"its side reading {sides[0]} has no watermark"
+        if len(sides) == 1
+        else f"its sides reading {sides[0]} and {sides[1]} have no watermark"
+    )
+    assert note == (
+        f"joins two streams, and {which}: Spark then evicts no row of either side "
+        "from the join's state, which grows without bound (the "
+        "KedroStreamStateGrowing alert fires after an hour of it). Give each side "
+        "withWatermark, and the join a time bound on both sides' event times "
+        "(docs/stateful.md)"
+    )

@@ -35,6 +35,7 @@ from kedro_streaming._run.sink_schemas import check_sink_schema
 from kedro_streaming._run.stateful import (
     missing_api_problem,
     transform_with_state_problem,
+    unwatermarked_join_note,
 )
 from kedro_streaming._spark import headline, java_frame, jvm_of
 from kedro_streaming.errors import StreamingConfigError
@@ -212,6 +213,9 @@ def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
     problem = transform_with_state_problem(spark, frame, bounded=ends)
     if problem:
         return problem
+    note = unwatermarked_join_note(frame)
+    if note:
+        plans.notes.append(f"'{name}' {note}")
     check = check_sink_schema(name, dataset, frame)
     plans.notes += [f"'{name}' {note}" for note in check.notes]
     return f"'{name}' {check.problems[0]}." if check.problems else None

@@ -1,10 +1,12 @@
-"""What Spark refuses or gets stuck on in a query's ``transformWithState``,
-found in its plan before the query starts.
+"""What Spark refuses, gets stuck on or lets grow in a query's state, found
+in its plan before the query starts.
 
-Spark says the first only when the query's first batch runs (a state store
-other than RocksDB) and the second never (processing-time timers keep a
-bounded run going: Spark runs a batch at every trigger to fire them, so an
-``availableNow`` query never ends).
+For ``transformWithState``, Spark says the first only when the query's
+first batch runs (a state store other than RocksDB) and the second never
+(processing-time timers keep a bounded run going: Spark runs a batch at
+every trigger to fire them, so an ``availableNow`` query never ends). A join
+of two streams with a side without a watermark Spark runs, keeping that
+side's rows for ever.
 """
 
 from __future__ import annotations
@@ -90,3 +92,75 @@ def missing_api_problem(error: BaseException, spark_version: str) -> str | None:
         "DataFrames in and out). Use it, or move the project to Spark 4.1 or "
         "later (docs/spark-lines.md)"
     )
+
+
+# A line of a plan's tree string: its depth's prefix (":  " or "   " per
+# level, then ":- " or "+- "), then the node; "~" marks a streaming node.
+_TREE_LINE = re.compile(r"^((?:[: ]  )*(?:[:+]- )?)(.*)$")
+
+
+def unwatermarked_join_note(frame: Any) -> str | None:
+    """What a join of two streams keeps for ever: each side without a
+    watermark below it (Spark never evicts its rows); ``None`` if none (or
+    over Spark Connect, where the plan is the server's)."""
+    jframe = java_frame(frame)
+    if jframe is None:
+        return None
+    lines = [
+        (len(m[1]) // 3, m[2])
+        for m in map(
+            _TREE_LINE.match, jframe.queryExecution().analyzed().toString().splitlines()
+        )
+    ]
+    sides = []
+    for index, (depth, node) in enumerate(lines):
+        if not node.startswith("~Join "):
+            continue
+        below = []
+        for child_depth, child in lines[index + 1 :]:
+            if child_depth <= depth:
+                break
+            if child_depth == depth + 1:
+                below.append([])
+            below[-1].append(child)
+        if len(below) == 2 and all(_streaming(side[0]) for side in below):
+            sides += [
+                _sources(side)
+                for side in below
+                if not any("EventTimeWatermark" in n for n in side)
+            ]
+    if not sides:
+        return None
+    which = (
+        f"its side reading {sides[0]} has no watermark"
+        if len(sides) == 1
+        else f"its sides reading {' and '.join(sides)} have no watermark"
+    )
+    return (
+        f"joins two streams, and {which}: Spark then evicts no row of either "
+        "side from the join's state, which grows without bound (the "
+        "KedroStreamStateGrowing alert fires after an hour of it). Give each "
+        "side withWatermark, and the join a time bound on both sides' event "
+        "times (docs/stateful.md)"
+    )
+
+
+def _sources(nodes: list[str]) -> str:
+    """The streaming sources a part of a plan reads, as the plan names them:
+    a file source's folder, a Kafka source's topics."""
+    found = []
+    for node in nodes:
+        if not node.startswith("StreamingRelation"):
+            continue
+        topics = re.search(r"\bsubscribe(?:Pattern)?=([^,\]]+)", node)
+        found.append(
+            f"Kafka topic {topics[1]}"
+            if topics
+            else re.split(r", \[|, ", node.split(" ", 1)[1], maxsplit=1)[0]
+        )
+    return ", ".join(found) or "a stream"
+
+
+def _streaming(node: str) -> bool:
+    # A streaming source's node is not marked "~", the nodes above it are.
+    return node.startswith(("~", "StreamingRelation"))
