@@ -37,7 +37,9 @@ from tests.helpers import DATASET, SOURCE, kafka, registered, sink, streaming_ho
 BAD_CONFIGURATIONS = {
     "sink without checkpoint": (
         {"out": {"type": DATASET, "filepath": "out", "file_format": "parquet"}},
-        "'out' has no checkpoint: add `save_args: {checkpoint: data/checkpoints/<name>}`",
+        "'out' has no checkpoint: add a folder of its own to its save_args, beside "
+        "the other sinks' checkpoints (a new project's catalog has `checkpoint: "
+        "${globals:output_root}/checkpoints/<the sink's name>`)",
     ),
     "two sinks, one checkpoint": (
         {"out": sink("out"), "copy": sink("copy", checkpoint="data/checkpoints/out")},

@@ -60,8 +60,10 @@ class SinkArgs:
         problems = []
         if not self.checkpoint:
             problems.append(
-                "has no checkpoint: add `save_args: {checkpoint: data/checkpoints/<name>}`"
-                " so that a restart resumes where it stopped"
+                "has no checkpoint: add a folder of its own to its save_args, "
+                "beside the other sinks' checkpoints (a new project's catalog has "
+                "`checkpoint: ${globals:output_root}/checkpoints/<the sink's name>`), "
+                "so that a restart resumes where it stopped"
             )
         problems += self._output_mode_problems(file_format)
         if self.merge_on is not None and (
