@@ -169,6 +169,10 @@ def counted(frame):
     return frame.groupBy("id").count()
 
 
+def watermarked_twice(frame):
+    return frame.withWatermark("at", "1 minute").withWatermark("at", "5 minutes")
+
+
 # A second node that cannot start its query, and the problem's line (Spark's
 # reason after the node's name).
 BROKEN_SECOND_NODES = {
@@ -189,6 +193,13 @@ BROKEN_SECOND_NODES = {
         "DataSets. SQLSTATE: 42KDE Fix: in the node, `.withWatermark(<event-time "
         "column>, <delay>)` before the aggregation (append writes a window once the "
         "watermark passes it), or give the sink `output_mode: update` or `complete`",
+    ),
+    "a watermark set twice on one stream": (
+        node(watermarked_twice, "in", "second", name="b_twice"),
+        "query second (node b_twice): sets a watermark on `at` over a stream that "
+        "already has one (on `at`): Spark refuses to redefine a watermark, at the "
+        "query's first batch. Keep one withWatermark per stream, where the node "
+        "reads it (docs/stateful.md)",
     ),
 }
 

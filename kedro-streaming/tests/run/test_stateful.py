@@ -9,6 +9,7 @@ import pytest
 from kedro_streaming._run.stateful import (
     PROVIDER,
     missing_api_problem,
+    redefined_watermark_problem,
     transform_with_state_problem,
     unwatermarked_join_note,
 )
@@ -179,3 +180,43 @@ def test_a_join_of_two_streams_that_keeps_a_side_for_ever_is_noted(
         "withWatermark, and the join a time bound on both sides' event times "
         "(docs/stateful.md)"
     )
+
+
+@pytest.mark.parametrize(
+    ("build", "problem"),
+    [
+        pytest.param(
+            lambda a, b: a.withWatermark("at", "1 minute").withWatermark(
+                "at", "5 minutes"
+            ),
+            "sets a watermark on `at` over a stream that already has one (on `at`): "
+            "Spark refuses to redefine a watermark, at the query's first batch. Keep "
+            "one withWatermark per stream, where the node reads it (docs/stateful.md)",
+            id="twice on one stream",
+        ),
+        pytest.param(
+            lambda a, b: (
+                a.withWatermark("at", "1 minute")
+                .groupBy(F.window("at", "10 minutes"))
+                .count()
+            ),
+            None,
+            id="once",
+        ),
+        pytest.param(
+            lambda a, b: a.withWatermark("at", "1 minute").join(
+                b.withWatermark("bt", "1 minute"), "id"
+            ),
+            None,
+            id="once per side of a join",
+        ),
+    ],
+)
+def test_a_watermark_set_twice_on_a_stream_is_refused_before_start(
+    spark, tmp_path, build, problem
+):
+    a, b = (
+        spark.readStream.schema(f"id INT, {t} TIMESTAMP").parquet(str(tmp_path))
+        for t in ("at", "bt")
+    )
+    assert redefined_watermark_problem(spark, build(a, b)) == problem

@@ -34,6 +34,7 @@ from kedro_streaming._run.realtime import real_time_plan_problem
 from kedro_streaming._run.sink_schemas import check_sink_schema
 from kedro_streaming._run.stateful import (
     missing_api_problem,
+    redefined_watermark_problem,
     transform_with_state_problem,
     unwatermarked_join_note,
 )
@@ -210,7 +211,9 @@ def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
     if problem:
         return problem
     ends = bounded or next(iter(dataset.trigger or {}), None) in _BOUNDED_TRIGGERS
-    problem = transform_with_state_problem(spark, frame, bounded=ends)
+    problem = transform_with_state_problem(
+        spark, frame, bounded=ends
+    ) or redefined_watermark_problem(spark, frame)
     if problem:
         return problem
     note = unwatermarked_join_note(frame)

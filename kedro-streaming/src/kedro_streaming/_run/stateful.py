@@ -164,3 +164,39 @@ def _sources(nodes: list[str]) -> str:
 def _streaming(node: str) -> bool:
     # A streaming source's node is not marked "~", the nodes above it are.
     return node.startswith(("~", "StreamingRelation"))
+
+
+# Spark's metadata key for a column's watermark, and the setting under which
+# a second watermark on a stream is refused (its default).
+_WATERMARK_KEY = "spark.watermarkDelayMs"
+_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
+
+
+def redefined_watermark_problem(spark: Any, frame: Any) -> str | None:
+    """A ``withWatermark`` over a stream that already has a watermark, which
+    Spark refuses only when the query's first batch is planned; ``None`` if
+    none (or over Spark Connect)."""
+    jframe = java_frame(frame)
+    if jframe is None or spark.conf.get(_MULTIPLE, "true").strip().lower() != "true":
+        return None
+    stack = [jframe.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        if node.nodeName() == "EventTimeWatermark":
+            output = node.child().output()
+            marked = [
+                output.apply(i).name()
+                for i in range(output.size())
+                if output.apply(i).metadata().contains(_WATERMARK_KEY)
+            ]
+            if marked:
+                return (
+                    f"sets a watermark on `{node.eventTime().name()}` over a stream "
+                    f"that already has one (on `{'`, `'.join(marked)}`): Spark "
+                    "refuses to redefine a watermark, at the query's first batch. "
+                    "Keep one withWatermark per stream, where the node reads it "
+                    "(docs/stateful.md)"
+                )
+        children = node.children()
+        stack += [children.apply(i) for i in range(children.size())]
+    return None
