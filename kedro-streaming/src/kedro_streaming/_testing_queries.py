@@ -84,7 +84,10 @@ def stop_between_batches(query: StreamingQuery, batch_done: threading.Event) -> 
     StackOverflowError (nothing is lost either way: the batch is not
     committed, and runs again at the next start)."""
     batch_done.clear()
-    batch_done.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while query.isActive and not batch_done.wait(timeout=0.1):
+        if time.monotonic() > deadline:
+            break
     py4j = logging.getLogger("py4j.clientserver")
     level = py4j.level
     py4j.setLevel(logging.CRITICAL)  # if the next call began all the same
