@@ -10,6 +10,8 @@ from kedro_streaming._run.supervisor import QuerySupervisor
 from kedro_streaming.commands import _described_totals
 from kedro_streaming.errors import StreamingConfigError
 
+from tests.helpers import SOURCE, sink
+
 
 def record(query: str, batch: int, rows: int = 10, **expectations: int) -> dict:
     return {
@@ -91,18 +93,10 @@ def test_batches_a_killed_run_committed_but_never_logged_are_counted_as_such(
     landing.mkdir()
     catalog = DataCatalog.from_config(
         {
-            "landing": {
-                "type": "kedro_streaming.SparkStreamingDataset",
-                "filepath": str(landing),
-                "file_format": "json",
-                "load_args": {"schema": "id INT"},
-            },
-            "copied": {
-                "type": "kedro_streaming.SparkStreamingDataset",
-                "filepath": str(tmp_path / "copied"),
-                "file_format": "parquet",
-                "save_args": {"checkpoint": str(tmp_path / "checkpoint")},
-            },
+            "landing": {**SOURCE, "filepath": str(landing)},
+            "copied": sink(
+                str(tmp_path / "copied"), checkpoint=str(tmp_path / "checkpoint")
+            ),
         }
     )
     pipeline = Pipeline([node(lambda frame: frame, "landing", "copied", name="copy")])
