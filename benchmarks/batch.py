@@ -11,6 +11,7 @@ round after round, on the same data and with the same PySpark and spark.yml:
 
 With ``--compare delta``, the pairs are the project's parquet tables
 (``kedro run``) and its Delta environment (``kedro run --env delta``) instead.
+With ``--compare declarative``, ``declarative.py`` (its work as SDP) replaces the script.
 
 The project's first run records the archive of Spark's classes that later
 runs map (class-data sharing): when there is none yet, one ``kedro run`` of
@@ -19,15 +20,19 @@ ingest records it before the rounds, and its time is printed apart. With
 shows what the rest of the difference costs.
 
 Every run starts from empty tables and checkpoints and prints its wall time;
-the summary gives every round, the mean ratio and rows/s.
+the summary gives every round, the mean ratio and rows/s. ``--warm-up`` runs
+each command unmeasured first; ``--instruments`` ends with one run of the
+example under ``spark_instruments.py``: each query's planning, phase by phase
+and rule by rule, and the code generated and compiled.
 
     python benchmarks/batch.py [--rows 1000000] [--files 20] [--rounds 2]
-                               [--compare handwritten|delta] [--share-classes]
+                               [--compare handwritten|delta|declarative] [--share-classes]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -39,6 +44,10 @@ from pathlib import Path
 import yaml
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from breakdown import planning_lines
+
 STARTER = HERE.parent
 REAL_ZONES = STARTER.parent / "shared/reference-data/taxi_zone_lookup.csv"
 BOUNDED = ["--params", "trigger=available_now"]
@@ -60,10 +69,25 @@ def main() -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=("handwritten", "delta"),
+        choices=("handwritten", "delta", "declarative"),
         default="handwritten",
         help="what `kedro run` is compared with: the hand-written script "
-        "(default), or the same project with --env delta",
+        "(default), the same project with --env delta, or the script's work "
+        "as a Spark Declarative Pipeline",
+    )
+    parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=1,
+        help="unmeasured runs of each command before the rounds (page cache, "
+        "the class archive)",
+    )
+    parser.add_argument(
+        "--instruments",
+        action="store_true",
+        help="after the rounds, one `kedro run` of the example with Spark's "
+        "instruments read inside it (spark_instruments.py): each query's "
+        "planning by phase and rule, the code generated and compiled",
     )
     parser.add_argument(
         "--share-classes",
@@ -104,6 +128,26 @@ def main() -> None:
             ),
         }
         names = ("parquet", "delta")
+    if args.compare == "declarative":
+        # spark-pipelines is a Spark Connect client (grpcio and the rest).
+        subprocess.run(
+            [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            + ["pyspark[pipelines]"],
+            check=True,
+        )
+        sdp = [python, HERE / "declarative.py", project, args.workdir / "declarative"]
+        pairs = {
+            "example": (sdp + ["--stage", "all"], kedro + BOUNDED),
+            "ingest": (
+                sdp + ["--stage", "ingest"],
+                kedro + ["--pipeline", "ingest", *BOUNDED],
+            ),
+        }
+        names = ("declarative", "kedro")
+    for _ in range(args.warm_up):
+        for by_hand, with_kedro in pairs.values():
+            timed(by_hand, project, args.workdir)
+            timed(with_kedro, project, args.workdir)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in pairs}
     throughput: dict[str, list[str]] = {name: [] for name in pairs}
     for round_number in range(1, args.rounds + 1):
@@ -128,6 +172,24 @@ def main() -> None:
             f"ratio {', '.join(f'{r:.2f}' for r in ratios)} (mean {sum(ratios) / len(ratios):.2f})"
         )
         print(f"         rows/s {throughput[name][-1]}")
+    if args.instruments:
+        read = args.workdir / "batch.instruments.json"
+        seconds, _ = timed(
+            [
+                python,
+                HERE / "spark_instruments.py",
+                "--out",
+                read,
+                "--",
+                "run",
+                *BOUNDED,
+            ],
+            project,
+            args.workdir,
+        )
+        print(f"\nkedro run of the example, instruments read ({seconds:.1f} s):")
+        for line in planning_lines(json.loads(read.read_text())):
+            print(f"  {line}")
 
 
 def bench_project(workdir: Path) -> tuple[Path, Path]:
@@ -233,7 +295,8 @@ def timed(command: list, project: Path, workdir: Path) -> tuple[float, str]:
         (project / "data" / folder).mkdir()
     for folder in ("delta", "streams"):
         shutil.rmtree(project / "data" / folder, ignore_errors=True)
-    shutil.rmtree(workdir / "handwritten", ignore_errors=True)
+    for folder in ("handwritten", "declarative"):
+        shutil.rmtree(workdir / folder, ignore_errors=True)
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"}
     started = time.monotonic()
     result = subprocess.run(

@@ -3,16 +3,13 @@
 A user feels a stream's latency in three places: the first seconds after a
 start, the neighbourhood of each checkpoint (a Real-Time Mode batch's end),
 and the steady state between them. ``phase_lines`` reports each apart, from
-(produced at, latency) pairs; ``checkpoint_pauses`` reads the jobs of a run
-(the Spark UI's REST API) for the time between one Real-Time Mode batch's
-long-running job and the next one's, with what the query's progress says it
-spent on.
+(produced at, latency) pairs; ``spark_jobs`` reads the jobs of a run (the
+Spark UI's REST API), whose pauses ``breakdown.py`` splits.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime, timezone
 from urllib.request import urlopen
 
@@ -84,54 +81,10 @@ def spark_jobs(ui_url: str) -> list[dict]:
         return json.load(answer)
 
 
-def checkpoint_pauses(jobs: list[dict], batches: list[dict], query: str) -> list[dict]:
-    """Real-Time Mode's pause at each batch end of ``query``: from the end of
-    one batch's long-running job to the start of the next one's (the UI's
-    jobs), with the part of it Spark's progress names (``batches``: the
-    query's progress log records): the finished batch's commit, the next
-    one's offsets, write-ahead log and planning. The rest is the next batch's
-    short jobs, code generation and task launch."""
-    long_jobs: dict[int, dict] = {}
-    for job in jobs:
-        description = job.get("description") or ""
-        found = re.search(r"batch = (\d+)", description)
-        if not description.startswith(query) or not found:
-            continue
-        batch = int(found.group(1))
-        if batch not in long_jobs or job["jobId"] > long_jobs[batch]["jobId"]:
-            long_jobs[batch] = job  # each batch's last job is its long one
-    spent = {b["batch"]: b.get("spark_durations_ms", {}) for b in batches}
-    pauses = []
-    for batch in sorted(long_jobs)[1:]:
-        if batch - 1 not in long_jobs or "completionTime" not in long_jobs[batch - 1]:
-            continue
-        ended = _ui_time(long_jobs[batch - 1]["completionTime"])
-        started = _ui_time(long_jobs[batch]["submissionTime"])
-        named = {
-            "commitOffsets": spent.get(batch - 1, {}).get("commitOffsets"),
-            **{
-                k: spent.get(batch, {}).get(k)
-                for k in ("latestOffset", "walCommit", "queryPlanning")
-            },
-        }
-        pauses.append({"pause_ms": 1000 * (started - ended), "named": named})
-    return pauses
-
-
-def _ui_time(text: str) -> float:
+def ui_time(text: str) -> float:
     """The UI's ``2026-11-27T08:26:35.103GMT`` as epoch seconds."""
     return (
         datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fGMT")
         .replace(tzinfo=timezone.utc)
         .timestamp()
-    )
-
-
-def pause_line(pause: dict) -> str:
-    named = {k: v for k, v in pause["named"].items() if v is not None}
-    rest = pause["pause_ms"] - sum(named.values())
-    return (
-        f"pause {pause['pause_ms']:,.0f} ms: "
-        + ", ".join(f"{k} {v:,}" for k, v in named.items())
-        + f", the rest (short jobs, code, task launch) {rest:,.0f}"
     )

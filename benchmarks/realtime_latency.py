@@ -50,10 +50,9 @@ sys.path.insert(0, str(HERE))
 
 from avro_ingest import avro_frames, start_registry
 from batch import bench_project, kafka_spark_yml
+from breakdown import long_jobs, pause_lines, pauses, stage_launches
 from kafka_rate import perf_classpath
 from latency import (
-    checkpoint_pauses,
-    pause_line,
     phase_lines,
     quantile,
     spark_jobs,
@@ -90,6 +89,19 @@ def main() -> None:
         choices=("java", "python"),
         help="Kafka's load generator (java; JSON only, the default for it) or "
         "librdkafka's, paced in Python (the default with avro)",
+    )
+    parser.add_argument(
+        "--run",
+        choices=("kedro", "handwritten"),
+        default="kedro",
+        help="what runs the query: `kedro run`, or handwritten_realtime.py "
+        "(the same plan started by hand: no hooks, no progress log)",
+    )
+    parser.add_argument(
+        "--no-instruments",
+        action="store_true",
+        help="run `kedro run` itself, without spark_instruments.py (what "
+        "reading them costs)",
     )
     parser.add_argument(
         "--checkpoint-interval", help="realtime_checkpoint_interval (default: shipped)"
@@ -207,10 +219,32 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
         if value
     ]
     log_path = args.workdir / f"realtime-{suffix}.log"
+    # `kedro run` with Spark's instruments read inside it (spark_instruments.py).
+    instruments_path = args.workdir / f"realtime-{suffix}.instruments.json"
+    kedro = [python, HERE / "spark_instruments.py", "--out", instruments_path, "--"]
+    if args.no_instruments:
+        kedro = [python.parent / "kedro"]
+    progress = project / f"data/bench-{suffix}/streams/progress.jsonl"
+    if args.run == "handwritten":
+        progress = args.workdir / f"realtime-{suffix}.progress.jsonl"
+        command = [
+            python,
+            HERE / "handwritten_realtime.py",
+            project,
+            env,
+            topics["trips"],
+            args.workdir / f"realtime-{suffix}.checkpoint",
+            *("--topics", f"{topics['ok']},{topics['rejected']}"),
+            *("--interval", args.checkpoint_interval or "2 minutes"),
+            *("--ui-port", str(ui_port), "--progress", progress),
+        ]
+    else:
+        command = [*kedro, "run", "--env", env, "--pipelines", "realtime"] + (
+            ["--params", ",".join(params)] if params else []
+        )
     with log_path.open("w") as log:
         run = subprocess.Popen(
-            [python.parent / "kedro", "run", "--env", env, "--pipelines", "realtime"]
-            + (["--params", ",".join(params)] if params else []),
+            command,
             cwd=project,
             env={**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"},
             stdout=log,
@@ -234,6 +268,10 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
         while len(raw) < count and time.monotonic() < deadline:
             time.sleep(0.5)
         jobs = spark_jobs(f"http://127.0.0.1:{ui_port}")
+        stages = stage_launches(
+            f"http://127.0.0.1:{ui_port}",
+            [max(j["stageIds"]) for j in long_jobs(jobs, "trip_messages").values()],
+        )
     finally:
         stop.set()
         reader.join()
@@ -242,7 +280,6 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
         run.wait(timeout=120)
     # No progress line before the first checkpoint: a run shorter than one
     # interval has none.
-    progress = project / f"data/bench-{suffix}/streams/progress.jsonl"
     batches = [
         json.loads(line)
         for line in (progress.read_text() if progress.exists() else "").splitlines()
@@ -259,8 +296,14 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
     with (args.workdir / f"realtime-{suffix}.latencies.csv").open("w") as out:
         out.write("produced_at,read_at,spark_sent_at\n")
         out.writelines(f"{p:.3f},{r:.3f},{s:.3f}\n" for r, p, s in received)
-    return f"query started {started_after:.1f} s after `kedro run`; " + report(
-        received, count, batches, jobs
+    instruments = (
+        json.loads(instruments_path.read_text()) if instruments_path.exists() else None
+    )
+    breakdown = pauses(jobs, stages, batches, instruments, "trip_messages")
+    return (
+        f"query started {started_after:.1f} s after `kedro run`; "
+        + report(received, count, batches, jobs)
+        + "".join(f"\n  {line}" for line in pause_lines(breakdown))
     )
 
 
@@ -447,12 +490,6 @@ def report(received: list, sent: int, batches: list[dict], jobs: list[dict]) -> 
             f"{quantile(sorted(v), 0.5):.0f}" for _, v in sorted(seconds.items())
         )
     )
-    parts += [
-        f"checkpoint {number}: {pause_line(pause)}"
-        for number, pause in enumerate(
-            checkpoint_pauses(jobs, ended, "trip_messages"), 1
-        )
-    ]
     return "\n  ".join(parts)
 
 
