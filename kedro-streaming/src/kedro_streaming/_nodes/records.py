@@ -106,51 +106,37 @@ def parse_records(raw: DataFrame, schema: str | T.StructType) -> DataFrame:
         if "_native_record" in records.columns
         else set()
     )
-    typed, given = {}, {}
+    typed, problems = {}, [F.col("_decode_problem")]
     for field in fields:
         name = field.name
         if name in native:
-            given[name] = typed[name] = F.col("_native_record")[name]
+            given = typed[name] = F.col("_native_record")[name]
         elif _decoded(field.dataType):
             # Typed by the decoder; its text is there only if the record did not fit.
-            given[name] = text[name]
-            typed[name] = F.coalesce(record[name], _typed(text[name], field.dataType))
+            given = text[name]
+            typed[name] = F.coalesce(record[name], _typed(given, field.dataType))
         else:
-            given[name] = F.coalesce(record[name], text[name])
-            typed[name] = _typed(given[name], field.dataType)
-
-    source_file = F.input_file_name()
-    # Each field typed once, in a select of its own, and its problems named
-    # from that column: written inside the problems, each typing expression
-    # (a datetime's is a dozen functions) was there twice, and Spark plans it
-    # again at every Real-Time Mode checkpoint.
-    holds = {name: f"_given_{i}" for i, name in enumerate(typed)}
-    typed_records = records.select(
-        *[column.alias(name) for name, column in typed.items()],
-        *[given[name].alias(holds[name]) for name in typed],
-        "raw_payload",
-        "_decode_problem",
-        F.when(source_file != "", source_file).alias("source_file"),
-        *[F.col(name) for name, _ in _KAFKA_ORIGIN.values()],
-    )
-    problems = [F.col("_decode_problem")]
-    for field in fields:
-        value, held = F.col(field.name), F.col(holds[field.name])
+            given = F.coalesce(record[name], text[name])
+            typed[name] = _typed(given, field.dataType)
         problems.append(
-            F.when(held.isNotNull() & value.isNull(), F.lit(f"invalid {field.name}"))
+            F.when(given.isNotNull() & typed[name].isNull(), F.lit(f"invalid {name}"))
         )
         if not field.nullable:
             problems.append(
                 F.when(
-                    F.col("_decode_problem").isNull() & held.isNull() & value.isNull(),
-                    F.lit(f"missing {field.name}"),
+                    F.col("_decode_problem").isNull()
+                    & given.isNull()
+                    & typed[name].isNull(),
+                    F.lit(f"missing {name}"),
                 )
             )
-    parsed = typed_records.select(
-        *typed,
+
+    source_file = F.input_file_name()
+    parsed = records.select(
+        *[column.alias(name) for name, column in typed.items()],
         "raw_payload",
         F.concat_ws("; ", *problems).alias("problems"),
-        "source_file",
+        F.when(source_file != "", source_file).alias("source_file"),
         *[F.col(name) for name, _ in _KAFKA_ORIGIN.values()],
     )
     return parsed.withColumn("problems", _unless_empty("problems"))
