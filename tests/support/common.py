@@ -111,10 +111,22 @@ def quiet_env(**extra: str | None) -> dict[str, str]:
     return {name: value for name, value in env.items() if value is not None}
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free now and never handed out before in this test session.
+
+    The kernel may give a port just released again: two calls in a row once
+    returned the same one, and a run's Spark UI took its metrics port (CI).
+    """
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @contextlib.contextmanager
