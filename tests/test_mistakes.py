@@ -282,7 +282,8 @@ CASES = [
         "  - 'trigger_intervall': did you mean 'trigger_interval'?\n"
         "Its settings: trigger, trigger_interval, metrics_address, metrics_port, "
         "metrics_tls_certfile, metrics_tls_keyfile, metrics_tls_client_cafile, "
-        "metrics_serve_after_failure, kafka_connect_timeout, state_dir, "
+        "metrics_serve_after_failure, kafka_connect_timeout, "
+        "realtime_planner_warm_up, state_dir, "
         "progress_log_max_bytes, spark_ui_port, spark_ui_address, "
         "spark_ui_kill_enabled.",
         False,

@@ -246,3 +246,75 @@ def test_one_process_at_a_time_records_the_class_archive(tmp_path, monkeypatch):
         archive.with_suffix(suffix).name
         for suffix in (".failed", ".json", ".recording")
     }
+
+
+DIRECTIVES = "-XX:CompilerDirectivesFile="
+UNLOCK = "-XX:+UnlockDiagnosticVMOptions"
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        (f"{UNLOCK} {DIRECTIVES}conf/jit.json", None),
+        (f"-Xss4m {UNLOCK} {DIRECTIVES}{{project}}/conf/jit.json", None),
+        (f"{UNLOCK} {DIRECTIVES}conf/none.json", "which is not there"),
+        (f"{DIRECTIVES}conf/jit.json", "put that option before it"),
+        (f"{DIRECTIVES}conf/jit.json {UNLOCK}", "put that option before it"),
+    ],
+    ids=["relative", "absolute", "missing", "not unlocked", "unlocked after"],
+)
+def test_the_jit_directives_file_is_the_project_s_or_refused_before_java(
+    tmp_path, options, error
+):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf/jit.json").write_text("[]")
+    key = "spark.driver.extraJavaOptions"
+    conf = {key: options.format(project=tmp_path)}
+    if error:
+        with pytest.raises(StreamingConfigError, match=error):
+            jvm.with_project_files(conf, tmp_path)
+    else:
+        resolved = jvm.with_project_files(conf, tmp_path)[key]
+        assert resolved.endswith(f"{UNLOCK} {DIRECTIVES}{tmp_path}/conf/jit.json")
+
+
+DIRECTIVES_SESSION = """
+import sys
+from pathlib import Path
+from kedro_streaming._run.session import configure_spark, spark_session
+configure_spark(
+    {"spark.master": "local[1]", "spark.ui.enabled": "false",
+     "spark.driver.extraJavaOptions": sys.argv[1]},
+    project=Path(sys.argv[2]),
+)
+jvm = spark_session()._jvm
+arguments = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+print("ARGUMENTS", " ".join(arguments.getInputArguments()))
+"""
+
+
+def test_a_run_in_a_project_s_subfolder_starts_java_with_its_jit_directives(tmp_path):
+    """The JIT reads the project's directives file (which it would refuse to
+    start without) from any folder, and says nothing of it on the console."""
+    (tmp_path / "conf/kafka").mkdir(parents=True)
+    (tmp_path / "conf/kafka/jit.json").write_text(
+        '[{"match": "org/apache/spark/sql/catalyst/expressions/GeneratedClass*.*",'
+        ' "c2": {"Exclude": true}}]'
+    )
+    (tmp_path / "notebooks").mkdir()
+    started = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            DIRECTIVES_SESSION,
+            f"{UNLOCK} {DIRECTIVES}conf/kafka/jit.json",
+            str(tmp_path),
+        ],
+        cwd=tmp_path / "notebooks",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    arguments = started.stdout.split("ARGUMENTS ", 1)[1].split()
+    assert f"{DIRECTIVES}{tmp_path}/conf/kafka/jit.json" in arguments
+    assert "compiler directives added" not in started.stdout + started.stderr

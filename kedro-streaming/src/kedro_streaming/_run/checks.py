@@ -37,6 +37,7 @@ from kedro_streaming._run.options import (
     interval_problem,
     option_problems,
 )
+from kedro_streaming._run.planner_warmup import planner_warm_up
 from kedro_streaming._run.realtime import (
     check_real_time,
     check_real_time_intervals,
@@ -206,6 +207,7 @@ def check_before_spark(
     """
     run_trigger(settings)
     check_settings(settings)
+    planner_warm_up(settings)
     other_envs = other_envs or dict
     check_catalog_has(catalog, pipeline, other_envs)
     sinks = streaming_datasets(catalog, pipeline.all_outputs())

@@ -38,6 +38,7 @@ from kedro_streaming._run.checks import (
 from kedro_streaming._run.console import run_console
 from kedro_streaming._run.endpoint import metrics_endpoint, serve_metrics
 from kedro_streaming._run.metrics import check_port_free
+from kedro_streaming._run.planner_warmup import planner_warm_up
 from kedro_streaming._run.plans import Plans, check_plans
 from kedro_streaming._run.session import spark_session
 from kedro_streaming._run.state import StreamState, streaming_settings
@@ -156,6 +157,7 @@ class StreamingQueryHooks:
             state=state,
             metrics=metrics,
             serve_after_failure=linger,
+            planner_warm_up=planner_warm_up(self._settings),
         )
         run.watch_signals()
         # Last: the run starts what was checked; each node runs once.

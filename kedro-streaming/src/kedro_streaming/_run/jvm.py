@@ -23,6 +23,7 @@ from pyspark.java_gateway import launch_gateway
 
 from kedro_streaming._run.packages import CACHE
 from kedro_streaming._spark import use_gateway
+from kedro_streaming.errors import StreamingConfigError
 
 # Named as before 0.7.0: projects' logging.yml may set its level.
 logger = logging.getLogger("kedro_streaming.session")
@@ -50,6 +51,64 @@ _SHARING_OPTIONS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")
 
 # The JVM reports on each class it could not archive; nothing to act on.
 _SHARING_QUIET = "-Xlog:cds*=off"
+
+
+# The JVM option naming the JIT's directives file (conf/kafka/spark.yml), and
+# the one without which the JVM refuses it.
+_DIRECTIVES = "-XX:CompilerDirectivesFile="
+_DIAGNOSTIC = "-XX:+UnlockDiagnosticVMOptions"
+
+
+def with_project_files(conf: dict[str, str], project: Path) -> dict[str, str]:
+    """``conf`` with the JIT directives file that the driver's options name
+    (``-XX:CompilerDirectivesFile=conf/kafka/jit-directives.json`` in
+    ``spark.yml``) made absolute: relative to the project's folder, as the
+    catalog's paths are, whatever folder `kedro run` runs in.
+
+    Example:
+        >>> import tempfile
+        >>> project = Path(tempfile.mkdtemp())
+        >>> _ = (project / "jit.json").write_text("[]")
+        >>> options = "-XX:+UnlockDiagnosticVMOptions -XX:CompilerDirectivesFile=jit.json"
+        >>> conf = {"spark.driver.extraJavaOptions": options}
+        >>> with_project_files(conf, project)["spark.driver.extraJavaOptions"] == (
+        ...     f"-XX:+UnlockDiagnosticVMOptions -XX:CompilerDirectivesFile={project}/jit.json"
+        ... )
+        True
+
+    Raises:
+        StreamingConfigError: The file is not there, or the JVM would refuse
+            the option (it is a diagnostic one).
+    """
+    key = "spark.driver.extraJavaOptions"
+    options = conf.get(key, "").split()
+    named = [option for option in options if option.startswith(_DIRECTIVES)]
+    if not named:
+        return conf
+    path = Path(named[-1][len(_DIRECTIVES) :])
+    absolute = path if path.is_absolute() else project / path
+    if not absolute.is_file():
+        raise StreamingConfigError(
+            f"spark.yml's {key} names the JIT directives file {path}, which is not "
+            f"there ({absolute}; a relative path is the project's): add the file, "
+            f"or remove {_DIRECTIVES}{path} from {key}."
+        )
+    if _DIAGNOSTIC not in options[: options.index(named[-1])]:
+        raise StreamingConfigError(
+            f"spark.yml's {key} sets {_DIRECTIVES}{path}, which Java accepts only "
+            f"after {_DIAGNOSTIC}: put that option before it, in the same setting."
+        )
+    if re.search(r"\s", str(absolute)):  # Spark splits the options at spaces
+        raise StreamingConfigError(
+            f"The JIT directives file {absolute} has a space in its path, which "
+            f"{key} cannot carry: move the project, or give an absolute path "
+            "without spaces."
+        )
+    resolved = [
+        f"{_DIRECTIVES}{absolute}" if option.startswith(_DIRECTIVES) else option
+        for option in options
+    ]
+    return {**conf, key: " ".join(resolved)}
 
 
 def start_jvm(conf: dict[str, str]) -> None:
@@ -226,14 +285,19 @@ def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
     """Starts Spark's JVM, keeping the dependency report off the console.
 
     spark-submit prints Ivy's report for ``spark.jars.packages`` at every start
-    and has no setting against it. The JVM's stderr goes through a thread that
-    drops the report once the resolution has succeeded (and shows it if not,
-    since it then says why); every other line is passed on to stderr.
+    and has no setting against it. The JVM's output goes through threads that
+    drop the report once the resolution has succeeded (and show it if not,
+    since it then says why), and the JIT's count of the directives it read
+    (``-XX:CompilerDirectivesFile``); every other line is passed on.
     """
-    read_end, write_end = os.pipe()
-    threading.Thread(
-        target=_forward_stderr, args=(read_end,), name="spark-jvm-stderr", daemon=True
-    ).start()
+    pipes = {target: os.pipe() for target in (1, 2)}
+    for target, (read_end, _) in pipes.items():
+        threading.Thread(
+            target=_forward,
+            args=(read_end, target),
+            name=f"spark-jvm-output-{target}",
+            daemon=True,
+        ).start()
     try:
         gateway = launch_gateway(
             SparkConf(loadDefaults=False).setAll(list(conf.items())),
@@ -242,15 +306,24 @@ def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
             # the JVM (and its Python workers) under the queries this process
             # is stopping cleanly. The JVM still ends with this process: it
             # exits when its stdin closes.
-            popen_kwargs={"stderr": write_end, "start_new_session": True},
+            popen_kwargs={
+                "stdout": pipes[1][1],
+                "stderr": pipes[2][1],
+                "start_new_session": True,
+            },
         )
     finally:
-        os.close(write_end)  # the JVM has its own copy
+        for _, write_end in pipes.values():
+            os.close(write_end)  # the JVM has its own copy
     use_gateway(gateway)
     return gateway
 
 
-def _forward_stderr(read_end: int) -> None:
+# HotSpot prints this at every start with a directives file: nothing to act on.
+_DIRECTIVES_READ = re.compile(rb"^\d+ compiler directives added\s*$")
+
+
+def _forward(read_end: int, target: int) -> None:
     held: list[bytes] = []
     with os.fdopen(read_end, "rb") as lines:
         for line in lines:
@@ -260,7 +333,7 @@ def _forward_stderr(read_end: int) -> None:
                 held.append(line)
                 if _IVY_REPORT_LAST in line:
                     held = []
-            else:
-                os.write(2, line)
+            elif not _DIRECTIVES_READ.match(line):
+                os.write(target, line)
     for line in held:  # the resolution did not finish: its report says why
-        os.write(2, line)
+        os.write(target, line)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 import pyspark
 from kedro.framework import project as kedro_project
@@ -19,7 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
 from kedro_streaming._connectors.delta import check_delta_package
-from kedro_streaming._run.jvm import start_jvm
+from kedro_streaming._run.jvm import start_jvm, with_project_files
 from kedro_streaming._run.packages import (
     check_kafka_connector,
     local_scala_version,
@@ -45,7 +46,9 @@ logger = logging.getLogger("kedro_streaming.session")
 
 
 def configure_spark(
-    settings: dict[str, object], streaming: dict[str, object] | None = None
+    settings: dict[str, object],
+    streaming: dict[str, object] | None = None,
+    project: Path | None = None,
 ) -> None:
     """Sets what the session is built from, without starting it.
 
@@ -57,8 +60,11 @@ def configure_spark(
         settings: ``spark.yml``.
         streaming: ``streaming.yml`` and ``--params``: ``spark_ui_port`` and
             ``spark_ui_address`` set the UI's for one run.
+        project: The project's folder, which relative paths in the JVM's
+            options are in (default: the working directory).
     """
     conf = {key: str(value) for key, value in settings.items() if value is not None}
+    conf = with_project_files(conf, project or Path.cwd())
     streaming = streaming or {}
     if streaming.get("spark_ui_port") not in (None, ""):
         conf["spark.ui.port"] = str(streaming["spark_ui_port"])
@@ -271,6 +277,7 @@ class SparkHooks:
             configure_spark(
                 context.config_loader["spark"],
                 streaming_settings(context.config_loader),
+                Path(context.project_path),
             )
         except StreamingConfigError as error:
             _refused.append(error)

@@ -247,6 +247,7 @@ SETTING_NAMES = (
     "metrics_tls_client_cafile",
     "metrics_serve_after_failure",
     "kafka_connect_timeout",
+    "realtime_planner_warm_up",
     "state_dir",
     "progress_log_max_bytes",
     "spark_ui_port",

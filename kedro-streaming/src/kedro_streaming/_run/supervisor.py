@@ -28,11 +28,12 @@ from kedro_streaming._run.describe import (
 from kedro_streaming._run.endpoint import POLL_SECONDS, serve_the_failure
 from kedro_streaming._run.metrics import StreamMetrics
 from kedro_streaming._run.observations import SharedObservations
+from kedro_streaming._run.planner_warmup import PlannerWarmUp
 from kedro_streaming._run.progress import ProgressLog, describe_expectations
 from kedro_streaming._run.realtime import real_time_plan_problem
 from kedro_streaming._run.session import spark_session
 from kedro_streaming._run.state import StreamState
-from kedro_streaming._spark import headline
+from kedro_streaming._spark import headline, jvm_of
 from kedro_streaming.errors import StreamingConfigError, StreamingQueryFailed
 
 # The hooks' lines: projects' logging.yml may set this logger's level.
@@ -52,6 +53,7 @@ class QuerySupervisor:
         state: StreamState | None = None,
         metrics: StreamMetrics | None = None,
         serve_after_failure: float = 0.0,
+        planner_warm_up: int = 0,
     ) -> None:
         self._catalog = catalog
         self._pipeline = pipeline
@@ -65,6 +67,8 @@ class QuerySupervisor:
         self._replans = AvroReplans(catalog, pipeline)
         self._signals = StopSignals()
         self._failed = False
+        self._planner_warm_up = planner_warm_up
+        self._warm_ups: list[PlannerWarmUp] = []
         # What puts the nodes' own functions back (the dry run replays them).
         self.put_back_nodes: Callable[[], None] = _nothing
 
@@ -100,6 +104,8 @@ class QuerySupervisor:
             self.stop_all()
             raise StreamingConfigError(f"'{name}': {error}") from None
         self._started(name, query)
+        if dataset.real_time:
+            self._warm_up(name, data)
         self._state.heartbeat(list(self._queries), force=True)
         logger.info(
             "Started streaming query '%s' (id %s) from %s: %s.",
@@ -108,6 +114,19 @@ class QuerySupervisor:
             describe_sources(self._catalog, self._pipeline, name),
             describe_trigger(self._triggers[name]),
         )
+
+    def _warm_up(self, name: str, data: Any) -> None:
+        """Warms the planner up while a Real-Time Mode query reads its first
+        batch (``realtime_planner_warm_up`` plannings)."""
+        jvm = jvm_of(data.sparkSession)
+        if jvm is None or not self._planner_warm_up:  # Spark Connect: the server's
+            return
+        interval = jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(
+            self._triggers[name]["realTime"]
+        ).intervalMs()
+        warm_up = PlannerWarmUp(data, interval / 1000, times=self._planner_warm_up)
+        warm_up.start()
+        self._warm_ups.append(warm_up)
 
     def _restart(self, name: str, frame: Any) -> None:
         """Starts the query of sink ``name`` again, on a replanned ``frame``."""
@@ -163,6 +182,8 @@ class QuerySupervisor:
             self._metrics = None
 
     def stop_all(self) -> None:
+        for warm_up in self._warm_ups:
+            warm_up.stop()
         for name, query in self._queries.items():
             if query.isActive:
                 logger.info("Stopping streaming query '%s'.", name)
