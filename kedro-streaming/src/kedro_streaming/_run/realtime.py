@@ -95,9 +95,7 @@ def check_real_time_intervals(
         if not isinstance(interval, str):
             continue
         try:
-            every = jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(
-                interval
-            ).intervalMs()
+            every = interval_ms(jvm, interval)
             least = jvm.org.apache.spark.network.util.JavaUtils.timeStringAsMs(
                 spark.conf.get(setting, "5s")
             )
@@ -111,6 +109,13 @@ def check_real_time_intervals(
                 "more"
             )
     _refuse_real_time(problems)
+
+
+def interval_ms(jvm: Any, interval: str) -> int:
+    """An interval as Spark reads a trigger's (``"2 minutes"``), in ms."""
+    return jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(
+        interval
+    ).intervalMs()
 
 
 def _refuse_real_time(problems: list[str]) -> None:

@@ -30,7 +30,7 @@ from kedro_streaming._run.metrics import StreamMetrics
 from kedro_streaming._run.observations import SharedObservations
 from kedro_streaming._run.planner_warmup import PlannerWarmUp
 from kedro_streaming._run.progress import ProgressLog, describe_expectations
-from kedro_streaming._run.realtime import real_time_plan_problem
+from kedro_streaming._run.realtime import interval_ms, real_time_plan_problem
 from kedro_streaming._run.session import spark_session
 from kedro_streaming._run.state import StreamState
 from kedro_streaming._spark import headline, jvm_of
@@ -121,9 +121,7 @@ class QuerySupervisor:
         jvm = jvm_of(data.sparkSession)
         if jvm is None or not self._planner_warm_up:  # Spark Connect: the server's
             return
-        interval = jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(
-            self._triggers[name]["realTime"]
-        ).intervalMs()
+        interval = interval_ms(jvm, self._triggers[name]["realTime"])
         warm_up = PlannerWarmUp(data, interval / 1000, times=self._planner_warm_up)
         warm_up.start()
         self._warm_ups.append(warm_up)
