@@ -18,6 +18,7 @@ import time
 from collections import Counter
 
 import pandas as pd
+import pytest
 import yaml
 from kafka.admin import KafkaAdminClient, NewTopic
 from support.checkpoints import batch_ids, committed_files
@@ -52,6 +53,14 @@ RUN = [
     *("run", "--env", "kafka", "--pipelines", "realtime"),
     *("--params", "realtime_checkpoint_interval=5 seconds"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def shipped_jit(monkeypatch):
+    """This module's runs keep conf/kafka/spark.yml's JIT as shipped (both
+    compilers, Spark's generated code on C1): the other tests' runs take
+    the quick compiler only (support.common.SHORT_RUN_JIT)."""
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "")
 
 
 def kill_while_sending(
