@@ -23,7 +23,14 @@ import pytest
 import yaml
 from reference import example_settings, expected_outputs, message_batches, zone_boroughs
 from support.checkpoints import assert_one_commit_per_batch
-from support.common import AS_SHIPPED, STARTER_ROOT, kedro_run, run, streams
+from support.common import (
+    AS_SHIPPED,
+    PROJECT_PYTEST_ENV,
+    STARTER_ROOT,
+    kedro_run,
+    run,
+    streams,
+)
 from support.compare import assert_matches_reference, example_reference
 from support.kafka import (
     assert_each_message,
@@ -79,6 +86,7 @@ def test_example_runs_on_another_spark_line(
             "test_a_spell_ends_when_its_zone_goes_quiet_and_is_forgotten_later]",
         ],
         cwd=project,
+        env=PROJECT_PYTEST_ENV,
     )
     assert " passed" in own.stdout and "failed" not in own.stdout
     print(f"Spark {version}: the project's own tests: {own.seconds:.1f} s")

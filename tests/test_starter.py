@@ -31,6 +31,7 @@ from support.common import (
     FILE_BY_FILE,
     PLUGIN_ROOT,
     PLUGIN_VERSION,
+    PROJECT_PYTEST_ENV,
     SHARED_DATA,
     STARTER_ROOT,
     free_port,
@@ -70,13 +71,14 @@ def test_project_passes_ruff_and_its_own_tests(
         }
 
     # test_run.py runs the example bounded, which the tests below run too and
-    # compare with the reference: left out here for CI's 30 minutes.
+    # compare with the reference: left out here for CI's 45 minutes.
     result = run(
         [
             *(project_bin / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"),
             "--ignore=tests/test_run.py",
         ],
         cwd=project,
+        env=PROJECT_PYTEST_ENV,
     )
     assert " passed" in result.stdout and "failed" not in result.stdout
     # Reported, not asserted: how long they take depends on the machine.
