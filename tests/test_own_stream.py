@@ -25,7 +25,7 @@ from support.common import (
     AS_SHIPPED,
     PLUGIN_ROOT,
     PLUGIN_VERSION,
-    PROJECT_PYTEST_ENV,
+    SHIPPED_JIT,
     STARTER_ROOT,
     quiet_env,
     run,
@@ -206,7 +206,7 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
                 *("--deselect", "tests/test_docs.py"),
             ],
             cwd=project,
-            env=PROJECT_PYTEST_ENV,
+            env=SHIPPED_JIT,
         )
         assert " passed" in own.stdout and "failed" not in own.stdout
     (landing / "records-0001.json").unlink()

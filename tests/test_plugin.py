@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from support.common import PLUGIN_ROOT, PROJECT_PYTEST_ENV, run
+from support.common import PLUGIN_ROOT, SHIPPED_JIT, run
 
 
 def test_plugin_passes_ruff_and_its_own_tests(project_bin):
@@ -26,7 +26,7 @@ def test_plugin_passes_ruff_and_its_own_tests(project_bin):
     result = run(
         [project_bin / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=PLUGIN_ROOT,
-        env=PROJECT_PYTEST_ENV,
+        env=SHIPPED_JIT,
     )
     assert " passed" in result.stdout and "failed" not in result.stdout
     print(f"the plugin's tests: {result.seconds:.1f} s")

@@ -25,6 +25,7 @@ from support.checkpoints import batch_ids, committed_files
 from support.common import (
     EVENT_HUBS_PASSWORD,
     EVENT_HUBS_USER,
+    SHIPPED_JIT,
     free_port,
     kedro_run,
     run,
@@ -60,7 +61,8 @@ def shipped_jit(monkeypatch):
     """This module's runs keep conf/kafka/spark.yml's JIT as shipped (both
     compilers, Spark's generated code on C1): the other tests' runs take
     the quick compiler only (support.common.SHORT_RUN_JIT)."""
-    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "")
+    for name, value in SHIPPED_JIT.items():
+        monkeypatch.setenv(name, value)
 
 
 def kill_while_sending(

@@ -25,7 +25,7 @@ from reference import example_settings, expected_outputs, message_batches, zone_
 from support.checkpoints import assert_one_commit_per_batch
 from support.common import (
     AS_SHIPPED,
-    PROJECT_PYTEST_ENV,
+    SHIPPED_JIT,
     STARTER_ROOT,
     kedro_run,
     run,
@@ -86,7 +86,7 @@ def test_example_runs_on_another_spark_line(
             "test_a_spell_ends_when_its_zone_goes_quiet_and_is_forgotten_later]",
         ],
         cwd=project,
-        env=PROJECT_PYTEST_ENV,
+        env=SHIPPED_JIT,
     )
     assert " passed" in own.stdout and "failed" not in own.stdout
     print(f"Spark {version}: the project's own tests: {own.seconds:.1f} s")

@@ -31,8 +31,8 @@ from support.common import (
     FILE_BY_FILE,
     PLUGIN_ROOT,
     PLUGIN_VERSION,
-    PROJECT_PYTEST_ENV,
     SHARED_DATA,
+    SHIPPED_JIT,
     STARTER_ROOT,
     free_port,
     kedro_run,
@@ -78,7 +78,7 @@ def test_project_passes_ruff_and_its_own_tests(
             "--ignore=tests/test_run.py",
         ],
         cwd=project,
-        env=PROJECT_PYTEST_ENV,
+        env=SHIPPED_JIT,
     )
     assert " passed" in result.stdout and "failed" not in result.stdout
     # Reported, not asserted: how long they take depends on the machine.
