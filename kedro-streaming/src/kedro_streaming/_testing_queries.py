@@ -31,31 +31,32 @@ def start_step_query(writer: DataStreamWriter, clocked: bool) -> StreamingQuery:
 
 
 def until_caught_up(
-    query: StreamingQuery, landed: dict[str, int], seen: int, timeout: float = 300
+    query: StreamingQuery,
+    landed: dict[str, int],
+    seen: int,
+    began: float,
+    timeout: float = 300,
 ) -> list[dict[str, Any]]:
-    """The reports of the batches after batch ``seen``, once they have read
-    every row the step landed in the folders the query reads (``landed``:
-    folder -> rows), in at least one batch that began after the step did."""
-    began = time.time()
+    """The reports of the batches after batch ``seen``, up to the first one
+    by which they have read every row the step landed in the folders this
+    query reads (``landed``: folder -> rows) and one of them began after the
+    step did (``began``, before it landed them: a batch that starts while
+    they land may read them, and the next one fire their timers). The
+    batches after it are the next step's, however late this call sees them."""
     deadline = time.monotonic() + timeout
     while True:
-        reports = [
-            report
-            for report in (json.loads(r.json) for r in query.recentProgress)
-            if report["batchId"] > seen and "addBatch" in report.get("durationMs", {})
-        ]
-        read: Counter = Counter()
-        for report in reports:
-            for source in report.get("sources", []):
-                for folder in landed:
-                    if folder in source["description"]:
-                        read[folder] += source.get("numInputRows", 0)
-        late_enough = any(unix_time(report["timestamp"]) >= began for report in reports)
-        if late_enough and all(
-            read[folder] >= landed[folder]
-            for folder in read.keys() | _read_by(reports, landed)
-        ):
-            return reports
+        reports = sorted(
+            (
+                report
+                for report in (json.loads(r.json) for r in query.recentProgress)
+                if report["batchId"] > seen
+                and "addBatch" in report.get("durationMs", {})
+            ),
+            key=lambda report: report["batchId"],
+        )
+        for last in range(len(reports)):
+            if _caught_up(reports[: last + 1], landed, began):
+                return reports[: last + 1]
         if query.exception() is not None or time.monotonic() > deadline:
             query.stop()
             raise RuntimeError(
@@ -65,15 +66,19 @@ def until_caught_up(
         time.sleep(0.05)
 
 
-def _read_by(reports: list[dict[str, Any]], landed: dict[str, int]) -> set[str]:
-    """The folders among ``landed`` that the reports' sources read."""
-    return {
-        folder
-        for report in reports
-        for source in report.get("sources", [])
-        for folder in landed
-        if folder in source["description"]
-    }
+def _caught_up(
+    reports: list[dict[str, Any]], landed: dict[str, int], began: float
+) -> bool:
+    """Whether ``reports`` read every row landed, and one began after the
+    step (the timers due as the test slept fire in it)."""
+    read: Counter = Counter()
+    for report in reports:
+        for source in report.get("sources", []):
+            for folder in landed:
+                if source["description"].endswith(f"{folder}]"):
+                    read[folder] += source.get("numInputRows", 0)
+    late_enough = any(unix_time(report["timestamp"]) >= began for report in reports)
+    return late_enough and all(read[folder] >= rows for folder, rows in landed.items())
 
 
 def stop_between_batches(query: StreamingQuery, batch_done: threading.Event) -> None:

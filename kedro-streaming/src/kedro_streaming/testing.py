@@ -37,6 +37,7 @@ import inspect
 import json
 import shutil
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -205,10 +206,11 @@ class StreamTest:
         self._landed = {
             str(self._folder(name)): len(rows) for name, rows in batches.items()
         }
+        began = int(time.time() * 1000) / 1000  # as Spark's reports: in ms
         for name, rows in batches.items():
             self._land(name, rows)
         self._steps += 1
-        steps = self._run()
+        steps = self._run(began)
         return steps[self._sinks[0]] if self._single else steps
 
     def run(self, batches: Iterable[Mapping[str, Any]]) -> list[Any]:
@@ -265,6 +267,15 @@ class StreamTest:
         for each in self._pipeline.nodes:  # in dependency order
             data.update(each.run({name: data[name] for name in each.inputs}))
         frames = {sink: data[sink] for sink in self._sinks}
+        # The input folders each sink's query reads, whose rows a step awaits.
+        self._reads = {
+            sink: {
+                str(self._folder(name))
+                for name in self._pipeline.to_outputs(sink).inputs()
+                if name in self._schemas
+            }
+            for sink in self._sinks
+        }
         # Sinks whose transformWithState has processing-time timers.
         self._clocked = {
             sink: "ProcessingTime" in transform_with_state_modes(frame)
@@ -305,7 +316,7 @@ class StreamTest:
         part.rename(self._folder(name) / f"{self._steps:06d}.parquet")
         shutil.rmtree(staging)
 
-    def _run(self) -> dict[str, Step]:
+    def _run(self, began: float) -> dict[str, Step]:
         collected: dict[str, list[list[Row]]] = {sink: [] for sink in self._sinks}
         queries = {
             sink: self._running.get(sink)
@@ -322,12 +333,18 @@ class StreamTest:
         for sink, query in queries.items():
             if self._clocked[sink]:
                 # Spark runs batches for its timers for ever: the query
-                # runs from step to step, and a step waits for a batch that began after
-                # it and read its data. What fired meanwhile, as the test
-                # slept (processing time is the system's clock), is the step's.
+                # runs from step to step, and a step waits for a batch that
+                # began after it and for its rows read. What fired meanwhile,
+                # as the test slept (processing time is the system's clock),
+                # is the step's.
                 self._running[sink] = query
                 seen = self._seen.get(sink, -1)
-                reports = until_caught_up(query, self._landed, seen)
+                landed = {
+                    folder: rows
+                    for folder, rows in self._landed.items()
+                    if folder in self._reads[sink] and rows
+                }
+                reports = until_caught_up(query, landed, seen, began)
                 self._seen[sink] = max(report["batchId"] for report in reports)
             else:
                 query.awaitTermination()

@@ -6,6 +6,7 @@ import time
 from datetime import datetime
 
 import pytest
+from kedro_streaming._run.metrics import unix_time
 from kedro_streaming._run.stateful import (
     PROVIDER,
     missing_api_problem,
@@ -23,12 +24,12 @@ HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvi
 
 class Quiet(StatefulProcessor):
     """Per key: its events until none has come for a second, then a row; that
-    it was seen is remembered for 10 seconds (a time to live)."""
+    it was seen is remembered for 30 seconds (a time to live)."""
 
     def init(self, handle) -> None:
         self.handle = handle
         self.count = handle.getValueState("count", "events BIGINT")
-        self.seen = handle.getValueState("seen", "seen BOOLEAN", 10_000)
+        self.seen = handle.getValueState("seen", "seen BOOLEAN", 30_000)
 
     def handleInputRows(self, key, rows, timerValues):
         events = sum(1 for _ in rows)
@@ -59,7 +60,12 @@ def test_processing_time_timers_fire_and_values_expire_step_by_step(
     first = quiet.step(events=[("a",), ("a",), ("b",)])
     time.sleep(1.5)  # processing time is the system's clock: past the timers
     fired = quiet.step()
-    time.sleep(10.5)  # past the counts' time to live
+    # Past the time to live, counted from the start of the batch that read
+    # the events. That first batch alone took 9.8 s on 2 cores (Spark
+    # starting its Python worker and state store; 10 s failed the test),
+    # hence 30 s, so that the values outlast the steps before.
+    began = next(unix_time(r["timestamp"]) for r in first.progress if r["numInputRows"])
+    time.sleep(max(0.0, began + 30.5 - time.time()))
     expired = quiet.step()
 
     assert [first.rows, fired.rows, expired.rows] == [
