@@ -88,6 +88,25 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     assert checkpoints(fresh_project) == []
     assert not (data / "02_intermediate/bronze_trips").exists()
 
+    # From a folder inside the project, which Kedro allows, the checkpoints'
+    # relative paths would be that folder's: refused before Spark starts.
+    inside = kedro_run(
+        project_bin, fresh_project / "src", "--pipelines", "aggregate", check=False
+    )
+    assert inside.returncode == 1, inside.output[-3000:]
+    assert inside.stderr[inside.stderr.find("StreamingConfigError:") :].strip() == (
+        f"StreamingConfigError: This command runs in {fresh_project / 'src'}, not "
+        f"in the project's folder {fresh_project}, so these relative paths would "
+        "be resolved here: new checkpoints, every source read again from the "
+        "start:\n"
+        "  - 'hourly_borough_summary': 'data/checkpoints/hourly_borough_summary'\n"
+        "  - 'quarantined_trips': 'data/checkpoints/quarantined_trips'\n"
+        "  - 'state_dir (streaming.yml)': 'data/streams'\n"
+        f"Run it from {fresh_project}, or make the paths absolute (input_root "
+        "and output_root in conf/<env>/globals.yml)."
+    )
+    assert not (fresh_project / "src/data").exists()
+
     # One pipeline at a time, as a scheduler would run them.
     ingest = kedro_run(project_bin, fresh_project, "--pipelines", "ingest")
     assert_expectation_counts(ingest.stdout + ingest.stderr, fresh_project, expected)
@@ -98,6 +117,8 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     batches = len(list((data / "01_raw/trips_landing").glob("*.json")))
     status = status_lines(project_bin, fresh_project)
     assert_status_counts(status["bronze_trips"], batches, lines, expected)
+    # The same from a folder inside the project: the project's state.
+    assert status_lines(project_bin, fresh_project / "src") == status
     assert f"{len(expected.summary)} rows written" in status["hourly_borough_summary"]
     late_groups = sum(expected.late_groups_by_batch)
     assert f"{late_groups} late state rows dropped" in status["hourly_borough_summary"]

@@ -11,8 +11,11 @@ configuration; ``status`` and ``reset`` start no Spark.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import click
@@ -76,8 +79,16 @@ class _Streams(click.Group):
 
 
 @commands.group(name="streams", cls=_Streams)
-def streams() -> None:
+@click.pass_context
+def streams(ctx: click.Context) -> None:
     """Operate the streaming queries and their tables."""
+    # Kedro finds the project from any folder inside it; the project's
+    # relative paths (data/streams, data/kafka-broker, the catalog's) are
+    # the project folder's, as for `kedro run` there.
+    root = getattr(ctx.obj, "project_path", None)
+    if root is not None and Path.cwd().resolve() != Path(root).resolve():
+        ctx.call_on_close(partial(os.chdir, Path.cwd()))
+        os.chdir(root)
 
 
 @dataclass

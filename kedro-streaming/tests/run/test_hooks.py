@@ -20,7 +20,10 @@ from kedro_streaming import (
     StreamingConfigError,
     StreamingQueryHooks,
 )
-from kedro_streaming._run.catalog import check_paths_reach_the_cluster
+from kedro_streaming._run.catalog import (
+    check_paths_reach_the_cluster,
+    check_paths_resolve_in_the_project,
+)
 from kedro_streaming._run.checks import run_trigger
 from kedro_streaming._run.console import run_console
 from kedro_streaming._run.metrics import StreamMetrics
@@ -402,6 +405,42 @@ def test_relative_paths_are_refused_when_spark_is_elsewhere():
 
     del paths["bronze"]
     check_paths_reach_the_cluster(paths, "the cluster spark://m:7077", "prod")
+
+
+@pytest.mark.parametrize(
+    ("folder", "checkpoint", "refused"),
+    [
+        pytest.param(".", "data/checkpoints/out", False, id="in the project"),
+        pytest.param("src", "data/checkpoints/out", True, id="in src, relative"),
+        pytest.param("src", "{project}/checkpoints/out", False, id="in src, absolute"),
+        pytest.param("src", "s3a://bucket/checkpoints/out", False, id="in src, s3a"),
+    ],
+)
+def test_relative_checkpoints_are_refused_outside_the_project_folder(
+    tmp_path, monkeypatch, folder, checkpoint, refused
+):
+    """Kedro runs from any folder inside a project; a relative checkpoint
+    would then be that folder's: a new one, every source read again."""
+    (tmp_path / "src").mkdir()
+    monkeypatch.chdir(tmp_path / folder)
+    paths = {
+        "out": [checkpoint.format(project=tmp_path)],
+        "state_dir (streaming.yml)": [str(tmp_path / "streams")],
+    }
+    if not refused:
+        check_paths_resolve_in_the_project(paths, tmp_path)
+        return
+    with pytest.raises(StreamingConfigError) as error:
+        check_paths_resolve_in_the_project(paths, tmp_path)
+    assert str(error.value) == (
+        f"This command runs in {tmp_path / 'src'}, not in the project's folder "
+        f"{tmp_path}, so these relative paths would be resolved here: new "
+        "checkpoints, every source read again from the start:\n"
+        "  - 'out': 'data/checkpoints/out'\n"
+        f"Run it from {tmp_path}, or make the paths absolute (input_root and "
+        "output_root in conf/<env>/globals.yml)."
+    )
+    check_paths_resolve_in_the_project(paths, None)  # no project: not checked
 
 
 def test_unknown_run_trigger_names_both_choices():

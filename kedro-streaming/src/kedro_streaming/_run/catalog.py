@@ -94,6 +94,41 @@ def check_paths_reach_the_cluster(
         )
 
 
+def check_paths_resolve_in_the_project(
+    paths: dict[str, list[str]], project_path: Path | None
+) -> None:
+    """Fails on relative paths when the run's folder is not the project's.
+
+    Kedro finds the project from any folder inside it, and makes a relative
+    ``filepath`` the project's; a checkpoint, and ``state_dir``, stay as
+    written, and Spark resolves them against the folder the command runs in:
+    from ``src/``, a stream would start a new checkpoint there and read its
+    sources again from the start, and the progress log would start afresh.
+
+    Args:
+        paths: The sinks' checkpoints, and the progress log's folder.
+        project_path: The project's folder; ``None`` checks nothing.
+    """
+    here = Path.cwd().resolve()
+    if project_path is None or here == Path(project_path).resolve():
+        return
+    relative = [
+        f"'{name}': '{path}'"
+        for name, named_paths in sorted(paths.items())
+        for path in named_paths
+        if path and "://" not in path and not Path(path).is_absolute()
+    ]
+    if relative:
+        raise StreamingConfigError(
+            f"This command runs in {here}, not in the project's folder "
+            f"{Path(project_path).resolve()}, so these relative paths would be "
+            "resolved here: new checkpoints, every source read again from the "
+            "start:\n  - " + "\n  - ".join(relative) + f"\nRun it from "
+            f"{Path(project_path).resolve()}, or make the paths absolute "
+            "(input_root and output_root in conf/<env>/globals.yml)."
+        )
+
+
 def check_catalog_has(catalog: DataCatalog, pipeline: Pipeline, other_envs) -> None:
     """Fails on a pipeline input that the run's catalog does not have,
     naming the environments whose catalog declares it.

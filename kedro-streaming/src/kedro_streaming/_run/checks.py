@@ -25,6 +25,7 @@ from kedro_streaming._connectors.registry import CONNECTORS
 from kedro_streaming._run.catalog import (
     check_catalog_has,
     check_paths_reach_the_cluster,
+    check_paths_resolve_in_the_project,
     check_streams_have_sinks,
     dataset_paths,
     loader_like,
@@ -197,6 +198,7 @@ def check_before_spark(
     state: StreamState,
     *,
     other_envs=None,
+    project_path: Path | None = None,
 ) -> None:
     """The checks that need no Spark: made before the session starts.
 
@@ -204,6 +206,7 @@ def check_before_spark(
         other_envs: Returns the names each other environment's catalog
             declares, to say which environment a missing dataset is in
             (read only when one is missing).
+        project_path: The project's folder, where relative paths must resolve.
     """
     run_trigger(settings)
     check_settings(settings)
@@ -211,6 +214,13 @@ def check_before_spark(
     other_envs = other_envs or dict
     check_catalog_has(catalog, pipeline, other_envs)
     sinks = streaming_datasets(catalog, pipeline.all_outputs())
+    check_paths_resolve_in_the_project(
+        {
+            **{name: [sink.checkpoint] for name, sink in sinks.items()},
+            "state_dir (streaming.yml)": [str(state.path)],
+        },
+        project_path,
+    )
     sources = streaming_datasets(catalog, pipeline.inputs())
     check_streams_have_sinks(catalog, pipeline, {**sources, **sinks}, other_envs)
     check_configuration(sinks, sources, run_readers(catalog, pipeline, sources, sinks))

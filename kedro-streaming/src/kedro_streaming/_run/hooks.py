@@ -176,7 +176,12 @@ class StreamingQueryHooks:
         began = time.monotonic()
         check_runtime_params(self._config_loader)
         check_before_spark(
-            catalog, pipeline, self._settings, state, other_envs=self._other_envs
+            catalog,
+            pipeline,
+            self._settings,
+            state,
+            other_envs=self._other_envs,
+            project_path=run_params.get("project_path"),
         )
         sinks = streaming_datasets(catalog, pipeline.all_outputs())
         if sinks:
