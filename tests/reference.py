@@ -377,9 +377,13 @@ def evaluate(record: dict | str, zone_ids: set[int]) -> Verdict:
     if isinstance(record, str):
         return Verdict(None, record, [UNPARSED])
     trip = {name: _typed(record.get(name), kind) for name, kind in KINDS.items()}
-    problems = [
-        f"invalid {n}" for n in KINDS if record.get(n) is not None and trip[n] is None
-    ]
+    # Blank text in a text field is no value, not an invalid one.
+    given = {
+        n: record.get(n) is not None
+        and not (kind == "string" and not record[n].strip(" "))
+        for n, kind in KINDS.items()
+    }
+    problems = [f"invalid {n}" for n in KINDS if given[n] and trip[n] is None]
     if problems:
         return Verdict(None, "; ".join(problems), [UNPARSED])
     trip[PAYLOAD_BYTES] = record[PAYLOAD_BYTES]

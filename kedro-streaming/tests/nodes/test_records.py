@@ -57,6 +57,22 @@ def test_json_lines_are_typed_and_each_problem_named_per_field(spark):
         {**good, "temperature_c": "warm", "at": "yesterday"}
     )
 
+    # Blank text is no value: missing where required, else null.
+    blank = parse_records(
+        lines(
+            spark,
+            json.dumps({"device": "", "room": ""}),
+            json.dumps({"device": "d3", "room": "  "}),
+            json.dumps({"device": " ", "room": "lab"}),
+        ),
+        "device STRING NOT NULL, room STRING",
+    )
+    assert fields_and_problems(blank, ["device", "room"]) == [
+        (None, None, "missing device"),
+        ("d3", None, None),
+        (None, "lab", "missing device"),
+    ]
+
 
 def test_a_schema_that_does_not_fit_names_the_field_in_every_record(spark):
     """`temperature_c INT` for readings like 21.5: each record is quarantined

@@ -91,7 +91,8 @@ def test_real_time_mode_is_refused_where_it_cannot_run(spark):
         "Real-Time Mode cannot run here:\n  - 'hasty' would checkpoint every 2 "
         "seconds, more often than Spark allows in Real-Time Mode "
         "(spark.sql.streaming.realTimeMode.minBatchDuration: 5 s): give its "
-        "realTime trigger in the catalog 5 seconds or more"
+        "realTime trigger 5 seconds or more, in the catalog or in the --params "
+        "that sets it"
     )
     for version in ("4.1.1", "4.2.0", "4.3.0"):
         check_real_time(

@@ -51,7 +51,9 @@ _NESTED_TYPES = (T.ArrayType, T.MapType, T.StructType)
 _DECODED_TYPES = (T.NumericType, T.BooleanType, *_NESTED_TYPES)
 
 
-def parse_records(raw: DataFrame, schema: str | T.StructType) -> DataFrame:
+# `schema` is a DDL string or a StructType; hinted `object`, since Kedro 1.7
+# warns of a union in the hint of a node's parameter at every command.
+def parse_records(raw: DataFrame, schema: object) -> DataFrame:
     """Types raw records by ``schema`` and names what did not parse.
 
     Args:
@@ -118,14 +120,17 @@ def parse_records(raw: DataFrame, schema: str | T.StructType) -> DataFrame:
         else:
             given = F.coalesce(record[name], text[name])
             typed[name] = _typed(given, field.dataType)
+        present = given.isNotNull()
+        if name not in native and isinstance(field.dataType, T.StringType):
+            present = F.trim(given) != ""  # blank text is no value
         problems.append(
-            F.when(given.isNotNull() & typed[name].isNull(), F.lit(f"invalid {name}"))
+            F.when(present & typed[name].isNull(), F.lit(f"invalid {name}"))
         )
         if not field.nullable:
             problems.append(
                 F.when(
                     F.col("_decode_problem").isNull()
-                    & given.isNull()
+                    & ~F.coalesce(present, F.lit(False))
                     & typed[name].isNull(),
                     F.lit(f"missing {name}"),
                 )
@@ -182,7 +187,7 @@ def record_origin(records: DataFrame) -> Column:
     )
 
 
-def _struct(schema: str | T.StructType) -> T.StructType:
+def _struct(schema: object) -> T.StructType:
     if isinstance(schema, T.StructType):
         return schema
     if not isinstance(schema, str) or not schema.strip():

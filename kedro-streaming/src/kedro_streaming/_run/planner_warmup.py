@@ -108,7 +108,7 @@ def planner_warm_up(settings: dict[str, Any]) -> int:
         times = -1
     if times < 0:
         raise StreamingConfigError(
-            f"realtime_planner_warm_up '{value}' in streaming.yml is not a number "
-            "of plannings: set a whole number, e.g. 25, or 0 for none."
+            f"realtime_planner_warm_up '{value}' (streaming.yml, or --params) is "
+            "not a number of plannings: set a whole number, e.g. 25, or 0 for none."
         )
     return times

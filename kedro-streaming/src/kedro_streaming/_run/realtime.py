@@ -105,8 +105,8 @@ def check_real_time_intervals(
             problems.append(
                 f"'{name}' would checkpoint every {interval}, more often than Spark "
                 f"allows in Real-Time Mode ({setting}: {least / 1000:g} s): give "
-                f"its realTime trigger in the catalog {least / 1000:g} seconds or "
-                "more"
+                f"its realTime trigger {least / 1000:g} seconds or more, in the "
+                "catalog or in the --params that sets it"
             )
     _refuse_real_time(problems)
 
