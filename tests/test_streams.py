@@ -71,6 +71,27 @@ def assert_status_counts(line: str, batches: int, lines: int, expected) -> None:
     }
 
 
+def assert_refused_from_src(project_bin: Path, project: Path) -> None:
+    """From a folder inside the project, which Kedro allows, the checkpoints'
+    relative paths would be that folder's: refused before Spark starts."""
+    inside = kedro_run(
+        project_bin, project / "src", "--pipelines", "aggregate", check=False
+    )
+    assert inside.returncode == 1, inside.output[-3000:]
+    assert inside.stderr[inside.stderr.find("StreamingConfigError:") :].strip() == (
+        f"StreamingConfigError: This command runs in {project / 'src'}, not "
+        f"in the project's folder {project}, so these relative paths would "
+        "be resolved here: new checkpoints, every source read again from the "
+        "start:\n"
+        "  - 'hourly_borough_summary': 'data/checkpoints/hourly_borough_summary'\n"
+        "  - 'quarantined_trips': 'data/checkpoints/quarantined_trips'\n"
+        "  - 'state_dir (streaming.yml)': 'data/streams'\n"
+        f"Run it from {project}, or make the paths absolute (input_root "
+        "and output_root in conf/<env>/globals.yml)."
+    )
+    assert not (project / "src/data").exists()
+
+
 def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bin):
     data = fresh_project / "data"
     expected = example_reference(fresh_project)
@@ -88,24 +109,7 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     assert checkpoints(fresh_project) == []
     assert not (data / "02_intermediate/bronze_trips").exists()
 
-    # From a folder inside the project, which Kedro allows, the checkpoints'
-    # relative paths would be that folder's: refused before Spark starts.
-    inside = kedro_run(
-        project_bin, fresh_project / "src", "--pipelines", "aggregate", check=False
-    )
-    assert inside.returncode == 1, inside.output[-3000:]
-    assert inside.stderr[inside.stderr.find("StreamingConfigError:") :].strip() == (
-        f"StreamingConfigError: This command runs in {fresh_project / 'src'}, not "
-        f"in the project's folder {fresh_project}, so these relative paths would "
-        "be resolved here: new checkpoints, every source read again from the "
-        "start:\n"
-        "  - 'hourly_borough_summary': 'data/checkpoints/hourly_borough_summary'\n"
-        "  - 'quarantined_trips': 'data/checkpoints/quarantined_trips'\n"
-        "  - 'state_dir (streaming.yml)': 'data/streams'\n"
-        f"Run it from {fresh_project}, or make the paths absolute (input_root "
-        "and output_root in conf/<env>/globals.yml)."
-    )
-    assert not (fresh_project / "src/data").exists()
+    assert_refused_from_src(project_bin, fresh_project)
 
     # One pipeline at a time, as a scheduler would run them.
     ingest = kedro_run(project_bin, fresh_project, "--pipelines", "ingest")
