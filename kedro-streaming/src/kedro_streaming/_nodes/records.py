@@ -120,18 +120,18 @@ def parse_records(raw: DataFrame, schema: object) -> DataFrame:
         else:
             given = F.coalesce(record[name], text[name])
             typed[name] = _typed(given, field.dataType)
-        present = given.isNotNull()
         if name not in native and isinstance(field.dataType, T.StringType):
-            present = F.trim(given) != ""  # blank text is no value
-        problems.append(
-            F.when(present & typed[name].isNull(), F.lit(f"invalid {name}"))
-        )
+            # Any text is a string; blank text is no value (typed: null).
+            present = typed[name].isNotNull()
+        else:
+            present = given.isNotNull()
+            problems.append(
+                F.when(present & typed[name].isNull(), F.lit(f"invalid {name}"))
+            )
         if not field.nullable:
             problems.append(
                 F.when(
-                    F.col("_decode_problem").isNull()
-                    & ~F.coalesce(present, F.lit(False))
-                    & typed[name].isNull(),
+                    F.col("_decode_problem").isNull() & ~present & typed[name].isNull(),
                     F.lit(f"missing {name}"),
                 )
             )
