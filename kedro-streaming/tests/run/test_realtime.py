@@ -1,4 +1,5 @@
-"""Real-Time Mode refused before start where it cannot run."""
+"""Real-Time Mode: refused before start where it cannot run, and quiet when
+stopped."""
 
 import pytest
 from kedro_streaming import (
@@ -6,11 +7,14 @@ from kedro_streaming import (
     StreamingConfigError,
 )
 from kedro_streaming._run.realtime import (
+    INTERRUPTED_TASK_LOGGERS,
     check_real_time,
     check_real_time_intervals,
     check_real_time_task_slots,
+    quiet_interrupted_tasks,
     real_time_plan_problem,
 )
+from kedro_streaming._spark import jvm_of
 from pyspark.sql import functions as F
 
 
@@ -118,3 +122,22 @@ def test_real_time_mode_is_refused_where_it_cannot_run(spark):
             f"Spark 4.2.0 does not run the stateful operation(s) {operator}" in problem
         )
         assert real_time_plan_problem(frame, "4.3.0") is None
+
+
+def test_the_errors_of_interrupted_tasks_are_off_until_put_back(spark):
+    """A requested stop of a Real-Time Mode query interrupts its tasks:
+    Spark's loggers of them are off until the run's end puts them back."""
+    log4j = jvm_of(spark).org.apache.logging.log4j
+
+    def levels():
+        return [
+            str(log4j.LogManager.getLogger(name).getLevel())
+            for name in INTERRUPTED_TASK_LOGGERS
+        ]
+
+    before = levels()
+    put_back = quiet_interrupted_tasks(jvm_of(spark))
+    assert levels() == ["OFF"] * len(INTERRUPTED_TASK_LOGGERS)
+    put_back()
+    assert levels() == before
+    quiet_interrupted_tasks(None)()  # Spark Connect: nothing to do

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -25,6 +26,39 @@ REAL_TIME_SPARK = (4, 1)
 
 
 STATEFUL_REAL_TIME_SPARK = (4, 3)
+
+
+# Spark's loggers that report, at ERROR, the tasks a requested stop
+# interrupts in Real-Time Mode: about 100 lines ("Aborting task" with Kafka's
+# InterruptException, each partition's commit aborted). Nothing is lost: the
+# interval not yet checkpointed is written again at the next start, as the
+# run's closing line says.
+INTERRUPTED_TASK_LOGGERS = (
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
+    "org.apache.spark.scheduler.DAGScheduler",
+)
+
+
+def quiet_interrupted_tasks(jvm: Any) -> Callable[[], None]:
+    """Turns ``INTERRUPTED_TASK_LOGGERS`` off until the returned call puts
+    their levels back (nothing to do on Spark Connect: ``jvm`` is None)."""
+    if jvm is None:
+        return lambda: None
+    log4j = jvm.org.apache.logging.log4j
+    levels = {
+        name: log4j.LogManager.getLogger(name).getLevel()
+        for name in INTERRUPTED_TASK_LOGGERS
+    }
+    for name in levels:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+
+    def put_back() -> None:
+        for name, level in levels.items():
+            log4j.core.config.Configurator.setLevel(name, level)
+
+    return put_back
 
 
 def check_real_time(

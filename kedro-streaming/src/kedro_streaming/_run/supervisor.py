@@ -30,7 +30,11 @@ from kedro_streaming._run.metrics import StreamMetrics
 from kedro_streaming._run.observations import SharedObservations
 from kedro_streaming._run.planner_warmup import PlannerWarmUp
 from kedro_streaming._run.progress import ProgressLog, describe_expectations
-from kedro_streaming._run.realtime import interval_ms, real_time_plan_problem
+from kedro_streaming._run.realtime import (
+    interval_ms,
+    quiet_interrupted_tasks,
+    real_time_plan_problem,
+)
 from kedro_streaming._run.session import spark_session
 from kedro_streaming._run.state import StreamState
 from kedro_streaming._spark import headline, jvm_of
@@ -71,6 +75,7 @@ class QuerySupervisor:
         self._warm_ups: list[PlannerWarmUp] = []
         # What puts the nodes' own functions back (the dry run replays them).
         self.put_back_nodes: Callable[[], None] = _nothing
+        self._put_back_loggers: Callable[[], None] = _nothing
 
     def watch_signals(self) -> None:
         self._signals.install()
@@ -169,6 +174,8 @@ class QuerySupervisor:
         and the endpoint as they were before it."""
         self.put_back_nodes()
         self.put_back_nodes = _nothing
+        self._put_back_loggers()
+        self._put_back_loggers = _nothing
         self._state.stopped(list(self._queries))
         if self._metrics is not None and self._failed:
             serve_the_failure(
@@ -179,9 +186,16 @@ class QuerySupervisor:
             self._metrics.close()
             self._metrics = None
 
-    def stop_all(self) -> None:
+    def stop_all(self, requested: bool = False) -> None:
+        """Stops every query; ``requested`` (Ctrl-C, SIGTERM): without Spark's
+        errors for the Real-Time Mode tasks that the stop interrupts."""
         for warm_up in self._warm_ups:
             warm_up.stop()
+        if requested and any(
+            query.isActive and self._real_time(name)
+            for name, query in self._queries.items()
+        ):
+            self._put_back_loggers = quiet_interrupted_tasks(jvm_of(spark_session()))
         for name, query in self._queries.items():
             if query.isActive:
                 logger.info("Stopping streaming query '%s'.", name)
@@ -206,7 +220,7 @@ class QuerySupervisor:
                 ):
                     self._fail(name, error)
             if self._signals.requested():
-                self.stop_all()
+                self.stop_all(requested=True)
                 return
             if done():
                 return
@@ -233,6 +247,10 @@ class QuerySupervisor:
             "Its checkpoint is intact: fix the cause and run again to "
             "resume from the last committed batch."
         ) from error
+
+    def _real_time(self, name: str) -> bool:
+        dataset = self._dataset(name)
+        return dataset is not None and dataset.real_time
 
     def _checkpoint(self, name: str) -> str | None:
         dataset = self._dataset(name)
