@@ -30,19 +30,22 @@ def start_step_query(writer: DataStreamWriter, clocked: bool) -> StreamingQuery:
     return writer.trigger(availableNow=True).start()
 
 
-def until_caught_up(
+def until_caught_up(  # noqa: PLR0913 (the step's facts)
     query: StreamingQuery,
     landed: dict[str, int],
+    reads: set[str],
     seen: int,
+    *,
     began: float,
     timeout: float = 300,
 ) -> list[dict[str, Any]]:
     """The reports of the batches after batch ``seen``, up to the first one
-    by which they have read every row the step landed in the folders this
-    query reads (``landed``: folder -> rows) and one of them began after the
-    step did (``began``, before it landed them: a batch that starts while
-    they land may read them, and the next one fire their timers). The
+    by which they have read every row the step landed (``landed``: folder ->
+    rows) in the folders this query reads (``reads``), and one of them began
+    after the step did (``began``, before it landed them: a batch that starts
+    while they land may read them, and the next one fire their timers). The
     batches after it are the next step's, however late this call sees them."""
+    awaited = {folder: rows for folder, rows in landed.items() if folder in reads}
     deadline = time.monotonic() + timeout
     while True:
         reports = sorted(
@@ -54,9 +57,9 @@ def until_caught_up(
             ),
             key=lambda report: report["batchId"],
         )
-        for last in range(len(reports)):
-            if _caught_up(reports[: last + 1], landed, began):
-                return reports[: last + 1]
+        caught = _caught_up_to(reports, awaited, began)
+        if caught is not None:
+            return reports[: caught + 1]
         if query.exception() is not None or time.monotonic() > deadline:
             query.stop()
             raise RuntimeError(
@@ -66,19 +69,23 @@ def until_caught_up(
         time.sleep(0.05)
 
 
-def _caught_up(
-    reports: list[dict[str, Any]], landed: dict[str, int], began: float
-) -> bool:
-    """Whether ``reports`` read every row landed, and one began after the
-    step (the timers due as the test slept fire in it)."""
+def _caught_up_to(
+    reports: list[dict[str, Any]], awaited: dict[str, int], began: float
+) -> int | None:
+    """The index of the first report by which every awaited row is read and
+    one report began after the step (the timers due as the test slept fire
+    in it); None if none is yet."""
     read: Counter = Counter()
-    for report in reports:
+    late_enough = False
+    for index, report in enumerate(reports):
         for source in report.get("sources", []):
-            for folder in landed:
+            for folder in awaited:
                 if source["description"].endswith(f"{folder}]"):
                     read[folder] += source.get("numInputRows", 0)
-    late_enough = any(unix_time(report["timestamp"]) >= began for report in reports)
-    return late_enough and all(read[folder] >= rows for folder, rows in landed.items())
+        late_enough = late_enough or unix_time(report["timestamp"]) >= began
+        if late_enough and all(read[f] >= rows for f, rows in awaited.items()):
+            return index
+    return None
 
 
 def stop_between_batches(query: StreamingQuery, batch_done: threading.Event) -> None:

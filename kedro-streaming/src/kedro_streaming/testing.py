@@ -339,12 +339,9 @@ class StreamTest:
                 # is the step's.
                 self._running[sink] = query
                 seen = self._seen.get(sink, -1)
-                landed = {
-                    folder: rows
-                    for folder, rows in self._landed.items()
-                    if folder in self._reads[sink] and rows
-                }
-                reports = until_caught_up(query, landed, seen, began)
+                reports = until_caught_up(
+                    query, self._landed, self._reads[sink], seen, began=began
+                )
                 self._seen[sink] = max(report["batchId"] for report in reports)
             else:
                 query.awaitTermination()

@@ -78,12 +78,7 @@ def check_paths_reach_the_cluster(
         where: Where Spark runs, for the message.
         env: The run's environment, for the message.
     """
-    relative = [
-        f"'{name}': '{path}'"
-        for name, dataset_paths in sorted(paths.items())
-        for path in dataset_paths
-        if path and "://" not in path and not path.startswith(("/", "file:"))
-    ]
+    relative = _relative(paths)
     if relative:
         raise StreamingConfigError(
             f"Spark runs on {where}, which does not see this process's relative "
@@ -110,23 +105,27 @@ def check_paths_resolve_in_the_project(
         project_path: The project's folder; ``None`` checks nothing.
     """
     here = Path.cwd().resolve()
-    if project_path is None or here == Path(project_path).resolve():
-        return
-    relative = [
-        f"'{name}': '{path}'"
-        for name, named_paths in sorted(paths.items())
-        for path in named_paths
-        if path and "://" not in path and not Path(path).is_absolute()
-    ]
+    project = Path(project_path).resolve() if project_path is not None else here
+    relative = _relative(paths) if here != project else []
     if relative:
         raise StreamingConfigError(
             f"This command runs in {here}, not in the project's folder "
-            f"{Path(project_path).resolve()}, so these relative paths would be "
-            "resolved here: new checkpoints, every source read again from the "
-            "start:\n  - " + "\n  - ".join(relative) + f"\nRun it from "
-            f"{Path(project_path).resolve()}, or make the paths absolute "
+            f"{project}, so these relative paths would be resolved here: new "
+            "checkpoints, every source read again from the start:\n  - "
+            + "\n  - ".join(relative)
+            + f"\nRun it from {project}, or make the paths absolute "
             "(input_root and output_root in conf/<env>/globals.yml)."
         )
+
+
+def _relative(paths: dict[str, list[str]]) -> list[str]:
+    """``'name': 'path'`` for each local path of ``paths`` that is relative."""
+    return [
+        f"'{name}': '{path}'"
+        for name, named_paths in sorted(paths.items())
+        for path in named_paths
+        if path and "://" not in path and not path.startswith(("/", "file:"))
+    ]
 
 
 def check_catalog_has(catalog: DataCatalog, pipeline: Pipeline, other_envs) -> None:
