@@ -1,6 +1,10 @@
 """Real-Time Mode: refused before start where it cannot run, and quiet when
 stopped."""
 
+import threading
+import time
+from types import SimpleNamespace
+
 import pytest
 from kedro_streaming import (
     SparkStreamingDataset,
@@ -13,6 +17,7 @@ from kedro_streaming._run.realtime import (
     check_real_time_task_slots,
     quiet_interrupted_tasks,
     real_time_plan_problem,
+    running_tasks,
 )
 from kedro_streaming._spark import jvm_of
 from pyspark.sql import functions as F
@@ -124,9 +129,10 @@ def test_real_time_mode_is_refused_where_it_cannot_run(spark):
         assert real_time_plan_problem(frame, "4.3.0") is None
 
 
-def test_the_errors_of_interrupted_tasks_are_off_until_put_back(spark):
+def test_the_errors_of_interrupted_tasks_are_off_until_their_tasks_end(spark):
     """A requested stop of a Real-Time Mode query interrupts its tasks:
-    Spark's loggers of them are off until the run's end puts them back."""
+    Spark's loggers of them are off until the run's end puts them back, once
+    the tasks still ending have ended."""
     log4j = jvm_of(spark).org.apache.logging.log4j
 
     def levels():
@@ -136,8 +142,23 @@ def test_the_errors_of_interrupted_tasks_are_off_until_put_back(spark):
         ]
 
     before = levels()
-    put_back = quiet_interrupted_tasks(jvm_of(spark))
+    put_back = quiet_interrupted_tasks(spark)
     assert levels() == ["OFF"] * len(INTERRUPTED_TASK_LOGGERS)
+    # One task that takes 3 s, as an interrupted task still ending.
+    job = threading.Thread(
+        target=spark.range(1, numPartitions=1).foreach, args=(_three_seconds,)
+    )
+    job.start()
+    deadline = time.monotonic() + 60
+    while running_tasks(spark) != 1:
+        assert time.monotonic() < deadline, "the task never started"
+        time.sleep(0.05)
     put_back()
+    assert running_tasks(spark) == 0
     assert levels() == before
-    quiet_interrupted_tasks(None)()  # Spark Connect: nothing to do
+    job.join()
+    quiet_interrupted_tasks(SimpleNamespace())()  # Spark Connect: nothing to do
+
+
+def _three_seconds(_row) -> None:
+    time.sleep(3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,9 +42,10 @@ INTERRUPTED_TASK_LOGGERS = (
 )
 
 
-def quiet_interrupted_tasks(jvm: Any) -> Callable[[], None]:
+def quiet_interrupted_tasks(spark: SparkSession) -> Callable[[], None]:
     """Turns ``INTERRUPTED_TASK_LOGGERS`` off until the returned call puts
-    their levels back (nothing to do on Spark Connect: ``jvm`` is None)."""
+    their levels back (nothing to do on Spark Connect)."""
+    jvm = jvm_of(spark)
     if jvm is None:
         return lambda: None
     log4j = jvm.org.apache.logging.log4j
@@ -55,10 +57,26 @@ def quiet_interrupted_tasks(jvm: Any) -> Callable[[], None]:
         log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
 
     def put_back() -> None:
+        # A stopped query's tasks end after `stop()` returns, each logging
+        # its aborted commit as it goes: the levels come back once they have.
+        deadline = time.monotonic() + INTERRUPTED_TASKS_END_SECONDS
+        while running_tasks(spark) and time.monotonic() < deadline:
+            time.sleep(0.1)
         for name, level in levels.items():
             log4j.core.config.Configurator.setLevel(name, level)
 
     return put_back
+
+
+# How long the run's end waits for a stopped query's tasks before it puts the
+# loggers back (an interrupted task ends in well under a second).
+INTERRUPTED_TASKS_END_SECONDS = 30.0
+
+
+def running_tasks(spark: SparkSession) -> int:
+    """The tasks running now on the session's executors (classic Spark)."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    return sum(info.numRunningTasks() for info in tracker.getExecutorInfos())
 
 
 def check_real_time(

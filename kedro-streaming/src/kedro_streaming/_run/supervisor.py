@@ -195,7 +195,7 @@ class QuerySupervisor:
             query.isActive and self._real_time(name)
             for name, query in self._queries.items()
         ):
-            self._put_back_loggers = quiet_interrupted_tasks(jvm_of(spark_session()))
+            self._put_back_loggers = quiet_interrupted_tasks(spark_session())
         for name, query in self._queries.items():
             if query.isActive:
                 logger.info("Stopping streaming query '%s'.", name)
