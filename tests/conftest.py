@@ -8,7 +8,7 @@ registry or run, share one machine. Each `kedro run` the tests start gets
 free ones from the environment: `KEDRO_STREAMS_METRICS_PORT` and
 `KEDRO_STREAMS_SPARK_UI_PORT` (`support.common.quiet_env`; conf/base/streaming.yml
 reads them when `--params` sets no `metrics_port` or `spark_ui_port`).
-To prove it, the session holds the default ports (`DEFAULT_PORTS` of
+To prove it, the session's own process (xdist's controller) holds the default ports (`DEFAULT_PORTS` of
 `kedro_streaming.devtools.processes`: Kafka's 9092-9095, metrics 9464,
 Spark UI 4040, registry 8081, Spark's 7077 and 15002) bound and listening
 throughout, those of them free when it starts: a test that takes one fails.
@@ -17,6 +17,7 @@ throughout, those of them free when it starts: a test that takes one fails.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib
 import os
 import shutil
@@ -50,22 +51,77 @@ from support.project import (  # noqa: E402
     generate_away,
     generate_project,
     install_project,
+    resolve_spark_packages,
     start_prefetches,
 )
 from support.security import bad_certificates  # noqa: E402
 
+_HOLDING = contextlib.ExitStack()
+
 
 def pytest_sessionstart(session):
-    start_prefetches(Path(tempfile.mkdtemp(prefix="prefetched-")))
+    worker = hasattr(session.config, "workerinput")
+    if not worker:
+        # The session's own process (xdist's controller, which outlives its
+        # workers) holds the default ports that are free for the whole run:
+        # see this module's docstring.
+        sys.path.insert(0, str(PLUGIN_SOURCE))
+        try:
+            processes = importlib.import_module("kedro_streaming.devtools.processes")
+        finally:
+            sys.path.remove(str(PLUGIN_SOURCE))
+        _HOLDING.enter_context(processes.hold_ports(processes.DEFAULT_PORTS))
+    # Where the tests run (each fetch takes a file lock): not in xdist's
+    # controller, which runs none.
+    if worker or not getattr(session.config.option, "numprocesses", None):
+        start_prefetches(Path(tempfile.mkdtemp(prefix="prefetched-")))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def default_ports_held(plugin_tool):
-    """The default ports of the project's services that were free, held
-    (bound and listening) for the whole session: see this module's docstring."""
-    processes = plugin_tool("processes")
-    with processes.hold_ports(processes.DEFAULT_PORTS) as held:
-        yield held
+def pytest_sessionfinish(session):
+    _HOLDING.close()
+
+
+# The test files, longest first (their time in a serial run, in minutes): the
+# two workers of pytest.ini's `-n 2 --dist loadfile` take them in this order,
+# each a whole file, so that neither is left with a long file at the end.
+LONGEST_FIRST = (
+    "test_spark_lines.py",  # 8
+    "test_guarantees.py",  # 8
+    "test_starter.py",  # 7
+    "test_avro.py",  # 6.5, the session's broker and registry started
+    "test_delta.py",  # 5.5
+    "test_cluster.py",  # 5.5
+    "test_kafka.py",  # 4
+    "test_streams.py",  # 3.5
+    "test_plugin.py",  # 3.5
+    "test_own_stream.py",  # 3.5
+    "test_mistakes.py",  # 3
+    "test_realtime.py",  # 2.5
+    "test_monitoring.py",  # 2
+    "test_security.py",  # 0.5
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: number for number, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def shared_by_workers(name: str, tmp_path_factory, make) -> Path:
+    """``make(folder)``'s result, made once for the session: under xdist, by
+    the first worker that asks (the others wait for it, then share it)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return make(tmp_path_factory.mktemp(name))
+    root = tmp_path_factory.getbasetemp().parent  # the session's, not the worker's
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = root / f"{name}.made"
+        if made.exists():
+            return Path(made.read_text())
+        (root / name).mkdir()
+        result = make(root / name)
+        made.write_text(str(result))
+        return result
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +129,7 @@ def generated_project(tmp_path_factory) -> Path:
     """A pristine project, as `kedro new --starter=<a clone> --config` makes it
     (the default Spark line), moved away from the clone, which is gone:
     `project_bin` installs it as a teammate or a CI runner would."""
-    return generate_away(tmp_path_factory.mktemp("generated"))
+    return shared_by_workers("generated", tmp_path_factory, generate_away)
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +140,14 @@ def project_bin(generated_project, tmp_path_factory) -> Path:
     """
     if os.environ.get("STARTER_PROJECT_VENV"):
         return Path(os.environ["STARTER_PROJECT_VENV"]) / "bin"
-    return install_project(generated_project, tmp_path_factory.mktemp("venv"))
+
+    def install(folder: Path) -> Path:
+        bin_dir = install_project(generated_project, folder)
+        if "PYTEST_XDIST_WORKER" in os.environ:
+            resolve_spark_packages(generated_project, bin_dir)
+        return bin_dir
+
+    return shared_by_workers("venv", tmp_path_factory, install)
 
 
 @pytest.fixture(scope="session")
@@ -166,12 +229,15 @@ def sensor_project(tmp_path_factory, project_bin) -> Path:
     """`kedro new --config` with `example: none` (the name of a user's own
     stream), installed into the default project's virtualenv without
     dependencies: they are the same."""
-    project = generate_project(
-        tmp_path_factory.mktemp("none"), project_name="Sensor Lab", example="none"
-    )
-    pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
-    run([*pip, "-e", project], cwd=project, timeout=300)
-    return project
+
+    def make(folder: Path) -> Path:
+        # Once per session: its editable install is the shared venv's.
+        project = generate_project(folder, project_name="Sensor Lab", example="none")
+        pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
+        run([*pip, "-e", project], cwd=project, timeout=300)
+        return project
+
+    return shared_by_workers("none", tmp_path_factory, make)
 
 
 @pytest.fixture(scope="session")

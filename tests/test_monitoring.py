@@ -393,14 +393,14 @@ def test_compose_serves_the_shipped_monitoring(generated_project):
 
 
 def test_the_default_ports_are_held_and_a_taken_metrics_port_fails_at_once(
-    default_ports_held, plugin_tool, fresh_project, project_bin
+    plugin_tool, fresh_project, project_bin
 ):
     """conftest.py holds the project's default ports all session, so a test
     that took one would fail. A run on the shipped metrics_port (9464, taken
     here) fails before Spark starts, in one line naming the port and the fix."""
     processes = plugin_tool("processes")
     free = [port for port in processes.DEFAULT_PORTS if processes.port_is_free(port)]
-    assert free == [], f"held by this session: {default_ports_held}"
+    assert free == [], "not held by this session (were they taken when it began?)"
     result = run(
         [project_bin / "kedro", "run", "--params", "trigger=available_now"],
         cwd=fresh_project,

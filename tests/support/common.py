@@ -5,11 +5,13 @@ run commands: `run`, `kedro run`, `kedro streams`, free ports.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -135,18 +137,38 @@ _HANDED_OUT: set[int] = set()
 
 
 def free_port() -> int:
-    """A port free now and never handed out before in this test session.
+    """A port free now and never handed out before in this test session, by
+    this process or (under xdist) by another worker of the same run.
 
     The kernel may give a port just released again: two calls in a row once
     returned the same one, and a run's Spark UI took its metrics port (CI).
     """
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+    with _ports_of_the_run() as handed_out:
+        while True:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            if port not in handed_out:
+                handed_out.add(port)
+                return port
+
+
+@contextlib.contextmanager
+def _ports_of_the_run():
+    """The ports handed out so far: this process's, or the run's when xdist's
+    workers share it (a file they take turns to read and add to)."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run_id is None:
+        yield _HANDED_OUT
+        return
+    path = Path(tempfile.gettempdir()) / f"starter-tests-ports-{run_id}"
+    with open(path, "a+") as ports:
+        fcntl.flock(ports, fcntl.LOCK_EX)
+        ports.seek(0)
+        handed_out = {int(line) for line in ports.read().split()}
+        before = set(handed_out)
+        yield handed_out
+        ports.writelines(f"{port}\n" for port in handed_out - before)
 
 
 @contextlib.contextmanager

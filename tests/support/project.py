@@ -5,12 +5,14 @@ virtualenvs, what a tidy project holds, prefetches.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import venv
 from pathlib import Path
@@ -129,12 +131,38 @@ def make_line_project(workdir: Path, version: str) -> tuple[Path, Path]:
     return project, install_project(project, workdir / "venv")
 
 
+def resolve_spark_packages(project: Path, bin_dir: Path) -> None:
+    """Resolves, once, every Spark package the project's environments name
+    (`spark.jars.packages` of each conf/*/spark.yml) into Ivy's cache, which
+    the JVMs of both test workers then read: two first resolutions at once
+    would download the same jars into it together."""
+    packages = sorted(
+        {
+            package.strip()
+            for spark_yml in project.glob("conf/*/spark.yml")
+            for package in str(
+                (yaml.safe_load(spark_yml.read_text()) or {}).get(
+                    "spark.jars.packages", ""
+                )
+            ).split(",")
+            if package.strip()
+        }
+    )
+    session = (
+        "from pyspark.sql import SparkSession; SparkSession.builder"
+        ".master('local[1]').config('spark.ui.enabled', 'false')"
+        f".config('spark.jars.packages', {','.join(packages)!r})"
+        ".getOrCreate().stop()"
+    )
+    run([bin_dir / "python", "-c", session], cwd=project, timeout=900)
+
+
 def start_prefetches(cache: Path) -> None:
     """Fetches in the background what later tests download, while the first
     ones run: the schema registry's application (Maven) and the other Spark
-    lines' PySpark, built into pip's wheel cache. Each is safe to fetch
-    twice at once (the registry's download takes a file lock), and the tests
-    that need them wait for them."""
+    lines' PySpark, built into pip's wheel cache. Each takes a file lock, so
+    that two sessions (or xdist's two workers) fetch once, and the tests that
+    need them wait for them."""
 
     def registry() -> None:
         sys.path.insert(0, str(PLUGIN_SOURCE))
@@ -143,13 +171,17 @@ def start_prefetches(cache: Path) -> None:
             module.resolve_registry()
 
     def pyspark() -> None:
-        for version in OTHER_SPARK_VERSIONS:
-            subprocess.run(
-                [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
-                + ["-w", str(cache), f"pyspark=={version}"],
-                check=False,
-                capture_output=True,
-            )
+        # The second to take the lock finds the first's wheels in pip's cache.
+        lock_path = Path(tempfile.gettempdir()) / "starter-tests-pyspark-wheels.lock"
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for version in OTHER_SPARK_VERSIONS:
+                subprocess.run(
+                    [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
+                    + ["-w", str(cache), f"pyspark=={version}"],
+                    check=False,
+                    capture_output=True,
+                )
 
     for name, fetch in (("registry", registry), ("pyspark", pyspark)):
         PREFETCHES[name] = threading.Thread(target=fetch, daemon=True)
