@@ -60,8 +60,11 @@ def quiet_interrupted_tasks(spark: SparkSession) -> Callable[[], None]:
         # A stopped query's tasks end after `stop()` returns, each logging
         # its aborted commit as it goes: the levels come back once they have.
         deadline = time.monotonic() + INTERRUPTED_TASKS_END_SECONDS
-        while running_tasks(spark) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        try:
+            while running_tasks(spark) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        except Exception:  # noqa: BLE001 (the wait is best effort; the levels come back)
+            pass
         for name, level in levels.items():
             log4j.core.config.Configurator.setLevel(name, level)
 
