@@ -58,10 +58,13 @@ from support.security import bad_certificates  # noqa: E402
 
 _HOLDING = contextlib.ExitStack()
 
+# Whether this process is one of xdist's workers (tests/README.md), which
+# share the session's project and virtualenv.
+XDIST_WORKER = "PYTEST_XDIST_WORKER" in os.environ
+
 
 def pytest_sessionstart(session):
-    worker = hasattr(session.config, "workerinput")
-    if not worker:
+    if not XDIST_WORKER:
         # The session's own process (xdist's controller, which outlives its
         # workers) holds the default ports that are free for the whole run:
         # see this module's docstring.
@@ -73,7 +76,7 @@ def pytest_sessionstart(session):
         _HOLDING.enter_context(processes.hold_ports(processes.DEFAULT_PORTS))
     # Where the tests run (each fetch takes a file lock): not in xdist's
     # controller, which runs none.
-    if worker or not getattr(session.config.option, "numprocesses", None):
+    if XDIST_WORKER or not getattr(session.config.option, "numprocesses", None):
         start_prefetches(Path(tempfile.mkdtemp(prefix="prefetched-")))
 
 
@@ -104,7 +107,7 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(items):
-    if "PYTEST_XDIST_WORKER" not in os.environ:  # one file at a time: as written
+    if not XDIST_WORKER:  # one file at a time: as written
         return
     rank = {name: number for number, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
@@ -113,7 +116,7 @@ def pytest_collection_modifyitems(items):
 def shared_by_workers(name: str, tmp_path_factory, make) -> Path:
     """``make(folder)``'s result, made once for the session: under xdist, by
     the first worker that asks (the others wait for it, then share it)."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
+    if not XDIST_WORKER:
         return make(tmp_path_factory.mktemp(name))
     root = tmp_path_factory.getbasetemp().parent  # the session's, not the worker's
     with open(root / f"{name}.lock", "w") as lock:
@@ -146,7 +149,7 @@ def project_bin(generated_project, tmp_path_factory) -> Path:
 
     def install(folder: Path) -> Path:
         bin_dir = install_project(generated_project, folder)
-        if "PYTEST_XDIST_WORKER" in os.environ:
+        if XDIST_WORKER:
             resolve_spark_packages(generated_project, bin_dir)
         return bin_dir
 
