@@ -216,12 +216,26 @@ def run(
     )
     result.seconds = time.monotonic() - started
     result.output = result.stdout + result.stderr
+    _log_command(command, result.seconds)
     if check and result.returncode != 0:
         pytest.fail(
             f"{' '.join(map(str, command))} exited {result.returncode} in {cwd}\n"
             f"--- stdout ---\n{result.stdout[-8000:]}\n--- stderr ---\n{result.stderr[-8000:]}"
         )
     return result
+
+
+def _log_command(command: list, seconds: float) -> None:
+    """With STARTER_TESTS_COMMAND_LOG set, one line per command (the test,
+    its wall time, the command's words after the program's path): where the
+    suite's time goes. Commands carry no secret (credentials are files and
+    environment variables)."""
+    path = os.environ.get("STARTER_TESTS_COMMAND_LOG")
+    if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+        words = [Path(str(command[0])).name, *map(str, command[1:])]
+        with open(path, "a") as log:
+            log.write(f"{test}\t{seconds:.1f}\t{' '.join(words)[:300]}\n")
 
 
 def kedro_run(
