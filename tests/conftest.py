@@ -106,6 +106,27 @@ LONGEST_FIRST = (
 )
 
 
+def _machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since it started (all
+    cores; /proc/stat's jiffies other than idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    """With STARTER_TESTS_COMMAND_LOG set, a line per test too: its wall time
+    and the CPU seconds the machine spent meanwhile (the test's own CPU when
+    one test runs at a time on an otherwise quiet machine)."""
+    path = os.environ.get("STARTER_TESTS_COMMAND_LOG")
+    began, busy = time.monotonic(), _machine_busy_seconds()
+    yield
+    if path:
+        wall, cpu = time.monotonic() - began, _machine_busy_seconds() - busy
+        with open(path, "a") as log:
+            log.write(f"{item.nodeid}\t{wall:.1f}\tTEST cpu {cpu:.1f}\n")
+
+
 def pytest_collection_modifyitems(items):
     if not XDIST_WORKER:  # one file at a time: as written
         return

@@ -233,9 +233,9 @@ def _log_command(command: list, seconds: float) -> None:
     path = os.environ.get("STARTER_TESTS_COMMAND_LOG")
     if path:
         test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
-        words = [Path(str(command[0])).name, *map(str, command[1:])]
+        words = " ".join([Path(str(command[0])).name, *map(str, command[1:])])
         with open(path, "a") as log:
-            log.write(f"{test}\t{seconds:.1f}\t{' '.join(words)[:300]}\n")
+            log.write(f"{test}\t{seconds:.1f}\t{' '.join(words.split())[:300]}\n")
 
 
 def kedro_run(
