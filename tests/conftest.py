@@ -84,22 +84,23 @@ def pytest_sessionfinish(session):
     _HOLDING.close()
 
 
-# The test files, longest first (their time in a serial run, in minutes): with
-# `-n 2 --dist loadfile --no-loadscope-reorder` (tests/README.md), the two
-# workers take them in this order, each a whole file, so that neither is left
-# with a long file at the end.
+# The test files in the order the two xdist workers take them (pytest.ini),
+# each a whole file, longest first (their time one at a time, in minutes), so
+# that neither worker is left with a long file at the end. The other Spark
+# line first: it makes its own virtualenv, while the other worker makes the
+# session's.
 LONGEST_FIRST = (
-    "test_spark_lines.py",  # 8
-    "test_guarantees.py",  # 8
-    "test_starter.py",  # 7
+    "test_spark_lines.py",  # 6.5
+    "test_guarantees.py",  # 7.5
     "test_avro.py",  # 6.5, the session's broker and registry started
-    "test_delta.py",  # 5.5
+    "test_starter.py",  # 6
     "test_cluster.py",  # 5.5
+    "test_streams.py",  # 4
     "test_kafka.py",  # 4
-    "test_streams.py",  # 3.5
+    "test_delta.py",  # 4
     "test_plugin.py",  # 3.5
-    "test_own_stream.py",  # 3.5
     "test_mistakes.py",  # 3
+    "test_own_stream.py",  # 3
     "test_realtime.py",  # 2.5
     "test_monitoring.py",  # 2
     "test_security.py",  # 0.5

@@ -64,7 +64,7 @@ class ProgressLog:
         """Logs and counts the reports of ``query`` made since the last update."""
         seen = self._last_seen.get(name, ("", -1))
         unseen = []
-        for report in _reports_newest_first(query):
+        for report in reports_newest_first(query):
             if (report["timestamp"], report["batchId"]) <= seen:
                 break
             unseen.append(report)
@@ -164,8 +164,10 @@ def metric_row(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _reports_newest_first(query: StreamingQuery) -> Iterator[dict[str, Any]]:
-    """The query's recent progress reports (Spark keeps 100), newest first."""
+def reports_newest_first(query: StreamingQuery) -> Iterator[dict[str, Any]]:
+    """The query's recent progress reports (Spark keeps 100), newest first,
+    each read when the caller asks for it: PySpark 4.0's ``recentProgress``
+    builds every report field by field over py4j (seconds for 100 reports)."""
     jquery = java_query(query)
     if jquery is None:  # Spark Connect: the reports arrive as JSON already.
         for report in reversed(query.recentProgress):
