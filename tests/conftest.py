@@ -84,7 +84,7 @@ def pytest_sessionfinish(session):
     _HOLDING.close()
 
 
-# The test files in the order the two xdist workers take them (pytest.ini),
+# The test files in the order two xdist workers take them (tests/README.md),
 # each a whole file, longest first (their time one at a time, in minutes), so
 # that neither worker is left with a long file at the end. The other Spark
 # line first: it makes its own virtualenv, while the other worker makes the

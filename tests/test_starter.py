@@ -408,8 +408,10 @@ def test_continuous_run_stops_cleanly_on_sigterm_and_resumes(
         project_bin / "kedro",
         "run",
         "--params",
-        # A file a batch, every 2 s: still at work when the SIGTERM comes.
-        f"trigger_interval=2 seconds,{FILE_BY_FILE}",
+        # A file a batch, every 5 s: still at work when the SIGTERM comes,
+        # after `status` and `reset` (at 2 s, a busy machine had written all
+        # 8 batches 20 s after the start, before the SIGTERM).
+        f"trigger_interval=5 seconds,{FILE_BY_FILE}",
     ]
     log_path = fresh_project / "run.log"
     with log_path.open("w") as log:
