@@ -120,12 +120,14 @@ def pytest_runtest_protocol(item):
     and the CPU seconds the machine spent meanwhile (the test's own CPU when
     one test runs at a time on an otherwise quiet machine)."""
     path = os.environ.get("STARTER_TESTS_COMMAND_LOG")
+    if not path:
+        yield
+        return
     began, busy = time.monotonic(), _machine_busy_seconds()
     yield
-    if path:
-        wall, cpu = time.monotonic() - began, _machine_busy_seconds() - busy
-        with open(path, "a") as log:
-            log.write(f"{item.nodeid}\t{wall:.1f}\tTEST cpu {cpu:.1f}\n")
+    wall, cpu = time.monotonic() - began, _machine_busy_seconds() - busy
+    with open(path, "a") as log:
+        log.write(f"{item.nodeid}\t{wall:.1f}\tTEST cpu {cpu:.1f}\n")
 
 
 def pytest_collection_modifyitems(items):
