@@ -91,8 +91,9 @@ def assert_metrics_match_progress_log(
         # Summed batch by batch, in the log's order, as the histogram sums them.
         assert duration == sum(r["duration_ms"] / 1000 for r in logged)
         want[("trigger_interval_seconds", frozenset())] = trigger_interval
-        if logged:  # the time since then, at the scrape: a figure of the moment
+        if logged:  # the times since then, at the scrape: figures of the moment
             assert served.pop(("seconds_since_last_batch", frozenset())) >= 0
+            assert served.pop(("seconds_without_progress", frozenset())) >= 0
         # Spark's status at the scrape, a figure of the moment too: 1 or 0.
         for flag in ("trigger_active", "new_data_available"):
             assert served.pop((flag, frozenset())) in (0.0, 1.0)

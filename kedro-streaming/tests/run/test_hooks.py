@@ -573,6 +573,7 @@ def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
             "trigger_interval_seconds",
             "trigger_active",
             "new_data_available",
+            "seconds_without_progress",
         )
     } == {
         "batches_total": len(ran),
@@ -588,6 +589,8 @@ def test_the_late_figure_counts_late_groups_in_the_log_and_the_metrics(
         # Spark's status of a query that has finished: no trigger, no input left.
         "trigger_active": 0,
         "new_data_available": 0,
+        # Idle at the scrape: it wants nothing.
+        "seconds_without_progress": 0,
     }
     # Per stateful operator: its rows and its store's memory after the last batch.
     operator = (("operator", "stateStoreSave"), ("query", "late"))

@@ -1,4 +1,5 @@
-"""The metrics endpoint over HTTPS, with client certificates required."""
+"""The metrics endpoint over HTTPS, with client certificates required; the
+figures of the moment of a scrape."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
 )
 from kedro_streaming._connectors.kafka import kafka_lag
-from kedro_streaming._run.metrics import StreamMetrics
+from kedro_streaming._run.metrics import StreamMetrics, _AtScrape
 from kedro_streaming.devtools.certificates import CertificateAuthority
 from kedro_streaming.errors import StreamingConfigError
 
@@ -71,3 +72,33 @@ def test_kafka_lag_is_known_only_when_the_latest_offsets_were_read_after_the_bat
     real_time = {**micro_batch, "latestOffset": {"trips": {"0": 100, "1": 80}}}
     assert kafka_lag(real_time) is None
     assert kafka_lag({**micro_batch, "description": "FileStreamSource[x]"}) is None
+
+
+BUSY = {"isTriggerActive": True, "isDataAvailable": True}
+IDLE = {"isTriggerActive": False, "isDataAvailable": False}
+
+
+@pytest.mark.parametrize(
+    ("looks", "now", "seconds"),
+    [
+        pytest.param([(105, BUSY), (120, BUSY)], 130, 30, id="stalled-since-its-batch"),
+        pytest.param(
+            [(105, IDLE), (500, IDLE), (501, BUSY)], 503, 3, id="first-batch-after-idle"
+        ),
+        pytest.param([(105, BUSY), (530, IDLE)], 530, 0, id="idle-now"),
+        pytest.param(
+            [(60, IDLE)], 130, 30, id="idle-before-its-batch-counts-from-the-batch"
+        ),
+    ],
+)
+def test_time_without_progress_counts_from_the_last_batch_or_idle_look(
+    looks, now, seconds
+):
+    """Its last batch ended at 100 (Unix time); the run then saw Spark's status
+    of the query at the given times. A query idle for want of input, then
+    running its first batch, is not stalled for the time since its last
+    batch."""
+    at_scrape = _AtScrape({"q": 100.0}, {})
+    for at, status in looks:
+        at_scrape.look("q", status, at)
+    assert at_scrape.seconds_without_progress("q", now) == seconds

@@ -1,6 +1,8 @@
 """Real-Time Mode: refused before start where it cannot run, and quiet when
 stopped."""
 
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +17,7 @@ from kedro_streaming._run.realtime import (
     check_real_time_task_slots,
     quiet_interrupted_tasks,
     real_time_plan_problem,
+    running_tasks,
 )
 from kedro_streaming._spark import jvm_of
 from pyspark.sql import functions as F
@@ -126,11 +129,13 @@ def test_real_time_mode_is_refused_where_it_cannot_run(spark):
         assert real_time_plan_problem(frame, "4.3.0") is None
 
 
-def test_the_errors_of_interrupted_tasks_are_off_until_put_back(spark):
-    """A requested stop of a Real-Time Mode query interrupts its tasks:
-    Spark's loggers of them are off until the run's end puts them back (once
-    no task runs: none here)."""
+def test_the_errors_of_interrupted_tasks_are_off_until_their_tasks_end(spark):
+    """A requested stop of a Real-Time Mode query interrupts its tasks, which
+    log their aborted writes as they end, after the stop returns: Spark's
+    loggers of them stay off until the run's end puts them back, once no task
+    runs (here two tasks, cancelled while they sleep)."""
     log4j = jvm_of(spark).org.apache.logging.log4j
+    context = spark.sparkContext
 
     def levels():
         return [
@@ -138,9 +143,22 @@ def test_the_errors_of_interrupted_tasks_are_off_until_put_back(spark):
             for name in INTERRUPTED_TASK_LOGGERS
         ]
 
+    def sleep_in_tasks() -> None:
+        context.setJobGroup("interrupted", "tasks to interrupt", True)
+        with pytest.raises(Exception, match="cancel"):
+            context.parallelize([0, 1], 2).foreach(lambda _: time.sleep(30))
+
     before = levels()
+    job = threading.Thread(target=sleep_in_tasks)
+    job.start()
+    deadline = time.monotonic() + 60
+    while running_tasks(spark) < 2:
+        assert time.monotonic() < deadline, "the two tasks never ran"
+        time.sleep(0.05)
     put_back = quiet_interrupted_tasks(spark)
     assert levels() == ["OFF"] * len(INTERRUPTED_TASK_LOGGERS)
+    context.cancelJobGroup("interrupted")
     put_back()
-    assert levels() == before
+    assert (running_tasks(spark), levels()) == (0, before)
+    job.join(timeout=60)
     quiet_interrupted_tasks(SimpleNamespace())()  # Spark Connect: nothing to do

@@ -17,13 +17,17 @@ Each series is taken from the progress log's own record of a micro-batch
   ``kedro_stream_seconds_since_last_batch``: when the last batch ended
   (committed), and how long ago at the time of the scrape (the trigger lag),
   from the query's first batch on;
+- ``kedro_stream_seconds_without_progress``: how long the query has wanted to
+  run a batch and not ended one: the time since its last batch ended or since
+  Spark's status last showed it idle (no trigger running, no input waiting),
+  whichever is later, as the run looks at that status every half second and
+  at each scrape; from the query's first batch on. An idle query's is 0;
 - ``kedro_stream_trigger_interval_seconds``: the query's processing-time
   trigger interval (none for other triggers);
 - ``kedro_stream_trigger_active`` and ``kedro_stream_new_data_available``:
   Spark's status of the query at the time of the scrape, 1 or 0: in a trigger
   (getting its sources' offsets or running a batch), and whether its last look
-  at the sources found data it had not processed. With the time since the
-  last batch, they tell a stalled query from an idle one;
+  at the sources found data it had not processed;
 - ``kedro_stream_state_rows``, ``kedro_stream_watermark_timestamp_seconds``;
 - ``kedro_stream_state_operator_rows{operator}`` and
   ``kedro_stream_state_operator_memory_bytes{operator}``: per stateful
@@ -159,7 +163,8 @@ class StreamMetrics:
         # Per query, when its last batch ended: the trigger lag's origin.
         self.batch_ended: dict[str, float] = {}
         self._queries: dict[str, Any] = {}
-        self.registry.register(_AtScrape(self.batch_ended, self._queries))
+        self._at_scrape = _AtScrape(self.batch_ended, self._queries)
+        self.registry.register(self._at_scrape)
         self._server = None
         self._tls = False
 
@@ -203,6 +208,12 @@ class StreamMetrics:
             interval = trigger_interval_seconds(trigger)
             if interval is not None:
                 self._trigger_interval.labels(name).set(interval)
+
+    def look(self, name: str, query: Any) -> None:
+        """Notes whether Spark's status shows ``query`` idle now (the origin of
+        its time without progress)."""
+        with self.registry.lock:
+            self._at_scrape.look(name, query.status, time.time())
 
     def status(self, query: str, status: str) -> None:
         """Sets the query's status: one of ``STATUSES``. A query that starts
@@ -291,11 +302,26 @@ def port_taken(address: str, port: int, error: OSError) -> StreamingConfigError:
 
 class _AtScrape:
     """The gauges of the moment of each scrape: the time since each query's
-    last batch, and Spark's status of each query."""
+    last batch, Spark's status of each query, and the time each has wanted to
+    progress and not."""
 
     def __init__(self, batch_ended: dict[str, float], queries: dict[str, Any]):
         self._batch_ended = batch_ended
         self._queries = queries
+        # Per query, when Spark's status last showed it idle. Without it, a
+        # query idle for an hour that gets input would look stalled for an
+        # hour during its first batch.
+        self._idle_at: dict[str, float] = {}
+
+    def look(self, name: str, status: dict[str, Any], now: float) -> None:
+        """Notes Spark's ``status`` of the query at Unix time ``now``."""
+        if not status["isTriggerActive"] and not status["isDataAvailable"]:
+            self._idle_at[name] = now
+
+    def seconds_without_progress(self, query: str, now: float) -> float:
+        """Since the query's last batch ended or it was last seen idle."""
+        ended = self._batch_ended[query]
+        return max(now - max(ended, self._idle_at.get(query, ended)), 0.0)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         since = GaugeMetricFamily(
@@ -320,9 +346,19 @@ class _AtScrape:
         )
         for name, query in self._queries.items():
             status = query.status
+            self.look(name, status, now)
             active.add_metric([name], float(status["isTriggerActive"]))
             available.add_metric([name], float(status["isDataAvailable"]))
-        yield from (since, active, available)
+        without = GaugeMetricFamily(
+            "kedro_stream_seconds_without_progress",
+            "Seconds since the query's last micro-batch ended or Spark's status "
+            "last showed it idle (no trigger running, no input waiting), "
+            "whichever is later.",
+            labels=["query"],
+        )
+        for query in self._batch_ended:
+            without.add_metric([query], self.seconds_without_progress(query, now))
+        yield from (since, active, available, without)
 
     def describe(self) -> list[GaugeMetricFamily]:
         return []

@@ -77,9 +77,16 @@ INTERRUPTED_TASKS_END_SECONDS = 30.0
 
 
 def running_tasks(spark: SparkSession) -> int:
-    """The tasks running now on the session's executors (classic Spark)."""
-    tracker = spark.sparkContext._jsc.sc().statusTracker()
-    return sum(info.numRunningTasks() for info in tracker.getExecutorInfos())
+    """The tasks running now in the driver's own executor (``local[...]``):
+    its thread pool's active threads, exact and at once (the status tracker's
+    count is the listener's, behind by up to a task, and a cancelled stage
+    leaves it before its tasks end). Elsewhere 0: the executors log their own
+    tasks, not the run."""
+    executor = jvm_of(spark).org.apache.spark.executor.Executor
+    source = executor.executorSourceLocalModeOnly()
+    if source is None:
+        return 0
+    return source.metricRegistry().getGauges().get("threadpool.activeTasks").getValue()
 
 
 def check_real_time(

@@ -204,9 +204,12 @@ class QuerySupervisor:
     def _update_progress(self) -> None:
         for name, query in self._queries.items():
             self._progress.update(name, query)
-            if self._metrics is not None and not query.isActive:
-                if query.exception() is None:  # else failed, set by `_wait`
-                    self._metrics.status(name, "stopped")
+            if self._metrics is None:
+                continue
+            if query.isActive:
+                self._metrics.look(name, query)
+            elif query.exception() is None:  # else failed, set by `_wait`
+                self._metrics.status(name, "stopped")
 
     def _wait(self, done: Callable[[], bool]) -> None:
         """Polls until ``done()``, a stop request or a failed query."""
