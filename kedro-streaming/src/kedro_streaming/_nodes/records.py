@@ -371,15 +371,15 @@ def _typed(text: str, kind: T.DataType) -> str:
         )
     if isinstance(kind, T.IntegralType):
         # Files often carry integer codes as floats ("1.0") where values are
-        # missing; a long beyond a double's precision is cast directly.
+        # missing.
         as_double = f"try_cast({text} AS DOUBLE)"
         whole = (
             f"CASE WHEN {as_double} = floor({as_double}) "
             f"THEN try_cast({as_double} AS {kind.simpleString()}) END"
         )
-        if kind == T.LongType():
-            return f"coalesce(try_cast({text} AS BIGINT), {whole})"
-        return whole
+        # (A long beyond a double's precision is cast directly.)
+        long = kind == T.LongType()
+        return f"coalesce(try_cast({text} AS BIGINT), {whole})" if long else whole
     if isinstance(kind, T.StringType):
         return f"CASE WHEN trim({text}) != '' THEN trim({text}) END"
     if isinstance(kind, T.BinaryType):
