@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import venv
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -126,9 +127,10 @@ def assert_tidy_home(project: Path, project_bin: Path) -> None:
 def make_line_project(workdir: Path, version: str) -> tuple[Path, Path]:
     """A project made for Spark ``version``, in a virtualenv of its own."""
     project = generate_project(workdir, spark_version=version)
-    if "pyspark" in PREFETCHES:  # its wheel, built meanwhile, is in pip's cache
+    if "pyspark" in PREFETCHES:  # its wheel, built meanwhile into a folder
         PREFETCHES["pyspark"].join()
-    return project, install_project(project, workdir / "venv")
+    venv_dir = workdir / "venv"
+    return project, install_project(project, venv_dir, find_links=PREFETCHED_WHEELS)
 
 
 def resolve_spark_packages(project: Path, bin_dir: Path) -> None:
@@ -160,9 +162,10 @@ def resolve_spark_packages(project: Path, bin_dir: Path) -> None:
 def start_prefetches(cache: Path) -> None:
     """Fetches in the background what later tests download, while the first
     ones run: the schema registry's application (Maven) and the other Spark
-    lines' PySpark, built into pip's wheel cache. Each takes a file lock, so
-    that two sessions (or xdist's two workers) fetch once, and the tests that
-    need them wait for them."""
+    lines' PySpark, built into wheels in ``cache``, where their projects' uv
+    installs find them (``--find-links``). Each takes a file lock, so that two
+    sessions (or xdist's two workers) fetch once, and the tests that need them
+    wait for them."""
 
     def registry() -> None:
         sys.path.insert(0, str(PLUGIN_SOURCE))
@@ -171,7 +174,10 @@ def start_prefetches(cache: Path) -> None:
             module.resolve_registry()
 
     def pyspark() -> None:
-        # The second to take the lock finds the first's wheels in pip's cache.
+        # Wheel files, not uv's cache: uv has no `pip wheel`, and builds a
+        # source distribution again when the index serves it without HTTP
+        # caching headers (as some mirrors do). The second to take the lock
+        # finds the first's wheels in pip's cache.
         lock_path = Path(tempfile.gettempdir()) / "starter-tests-pyspark-wheels.lock"
         with open(lock_path, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -183,12 +189,17 @@ def start_prefetches(cache: Path) -> None:
                     capture_output=True,
                 )
 
+    PREFETCHED_WHEELS.append(cache)
     for name, fetch in (("registry", registry), ("pyspark", pyspark)):
         PREFETCHES[name] = threading.Thread(target=fetch, daemon=True)
         PREFETCHES[name].start()
 
 
 PREFETCHES: dict[str, threading.Thread] = {}
+
+
+# The folder the pyspark prefetch builds its wheels into (start_prefetches).
+PREFETCHED_WHEELS: list[Path] = []
 
 
 # The other Spark lines tests/test_spark_lines.py runs (comma-separated).
@@ -199,22 +210,45 @@ OTHER_SPARK_VERSIONS = [
 ]
 
 
-def install_project(project: Path, env_dir: Path) -> Path:
+def install_project(
+    project: Path, env_dir: Path, find_links: Sequence[Path] = ()
+) -> Path:
     """A fresh virtualenv with ``project`` installed, as its README says (the
-    dev and connect extras too); returns its bin/ folder."""
-    venv.create(env_dir, with_pip=True)
+    dev and connect extras too); returns its bin/ folder.
+
+    uv (tests/requirements.txt) installs it: on an empty cache about half
+    pip's time (tests/README.md). ``find_links``: folders of wheels it takes
+    before building a source distribution (start_prefetches)."""
+    venv.create(env_dir, with_pip=True)  # tests run pip in it later
     bin_dir = env_dir / "bin"
     # Editable, so `python -m <package>.<command>` works; the copies the tests
-    # run in hold the same code and read their own conf/ and data/. One pip
-    # run: one resolve.
+    # run in hold the same code and read their own conf/ and data/. One uv
+    # run: one resolve. Bytecode compiled as pip does: without it every
+    # process compiles what it imports when it cannot write its cache
+    # (PYTHONDONTWRITEBYTECODE), seconds each.
+    uv = Path(sys.executable).parent / "uv"
+    venv_python = ("--python", bin_dir / "python")
+    links = [arg for folder in find_links for arg in ("--find-links", folder)]
     run(
         [
-            bin_dir / "python",
-            *("-m", "pip", "install", "-q", "--disable-pip-version-check"),
+            *(uv, "pip", "install", "-q", "--compile-bytecode", *venv_python),
+            *links,
             *("-r", "requirements.txt", "-e", ".[dev,connect]"),
         ],
         cwd=project,
         timeout=1500,
+    )
+    # uv records no hash for the plugin's wheel (PEP 610's archive_info),
+    # which a user's pip does and test_starter.py checks: pip puts it back
+    # from requirements.txt, the rest already satisfied.
+    run([uv, "pip", "uninstall", "-q", *venv_python, "kedro-streaming"], cwd=project)
+    run(
+        [
+            bin_dir / "python",
+            *("-m", "pip", "install", "-q", "--disable-pip-version-check"),
+            *("--no-deps", "-r", "requirements.txt"),
+        ],
+        cwd=project,
     )
     return bin_dir
 
