@@ -104,6 +104,7 @@ def parse_records(raw: DataFrame, schema: object) -> DataFrame:
         records = _field_columns(raw, fields)
     # Written as SQL: a Column built in Python costs a call into the JVM per
     # function and operator, about 3,000 for the example's 20 fields.
+    # Fields an Avro record already holds with their type: taken as they are.
     native = (
         set(records.schema["_native_record"].dataType.fieldNames())
         if "_native_record" in records.columns
