@@ -136,6 +136,27 @@ def test_csv_columns_are_typed_and_a_corrupt_line_named(spark):
     ]
 
 
+ODD_NAMES = "`it's a\\b` STRING NOT NULL, `x``y` INT, at STRUCT<`sensor id`: STRING>"
+
+
+def test_any_field_name_a_schema_can_quote_is_read(spark):
+    """Names with a space, a quote, a backslash or a backtick, at the top or
+    nested: JSON lines and CSV columns typed by them."""
+    record = {"it's a\\b": "d1", "x`y": 2, "at": {"sensor id": "s1"}}
+    parsed = parse_records(lines(spark, json.dumps(record), '{"x`y": "z"}'), ODD_NAMES)
+    names = ["it's a\\b", "x`y", "at"]
+    assert [(*[row[n] for n in names], row.problems) for row in parsed.collect()] == [
+        ("d1", 2, ("s1",), None),
+        (None, None, None, "missing it's a\\b; invalid x`y"),
+    ]
+    columns = spark.createDataFrame(
+        [("d2", "3", '{"sensor id": "s2"}')],
+        "`it's a\\b` STRING, `x``y` STRING, at STRING",
+    )
+    (row,) = parse_records(columns, ODD_NAMES).collect()
+    assert ([row[n] for n in names], row.problems) == (["d2", 3, ("s2",)], None)
+
+
 def test_bad_input_or_schema_is_refused_before_anything_runs(spark):
     with pytest.raises(ValueError, match="neither a `value` column.*count"):
         parse_records(spark.createDataFrame([("d1",)], "device STRING"), "count INT")

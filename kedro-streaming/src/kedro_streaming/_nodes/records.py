@@ -180,7 +180,7 @@ def record_origin(records: DataFrame) -> Column:
     payload = (
         F.col("raw_payload")
         if "raw_payload" in columns
-        else F.to_json(F.struct(*[F.col(f"`{name}`") for name in records.columns]))
+        else F.to_json(F.struct(*[F.col(_name(name)) for name in records.columns]))
     )
     return F.concat(
         F.coalesce(*places, F.lit("input")),
@@ -237,7 +237,9 @@ def _decode_json_values(raw: DataFrame, fields: T.StructType) -> DataFrame:
     decoded = raw.select(
         F.col("value").cast("string").alias("_text"), *_origin_columns(raw)
     )
-    typed_schema = _text(_json_schema(fields, typed=True))
+    # As JSON, which from_json takes as it takes DDL, and which holds any
+    # field name as it is (a space or a backtick in a nested name too).
+    typed_schema = _text(_json_schema(fields, typed=True).json())
     decoded = decoded.selectExpr(
         "*",
         "is_valid_utf8(_text) AS _is_utf8",
@@ -247,7 +249,7 @@ def _decode_json_values(raw: DataFrame, fields: T.StructType) -> DataFrame:
         f"_is_utf8 AND _typed_record IS NOT NULL "
         f"AND _typed_record[{_text(CORRUPT_RECORD)}] IS NULL"
     )
-    text_schema = _text(_json_schema(fields, typed=False))
+    text_schema = _text(_json_schema(fields, typed=False).json())
     decoded = decoded.selectExpr(
         "*",
         f"{fits} AS _fits",
@@ -333,9 +335,9 @@ def _field_columns(raw: DataFrame, fields: T.StructType) -> DataFrame:
     corrupt = F.col(CORRUPT_RECORD) if CORRUPT_RECORD in raw.columns else F.lit(None)
     columns = [
         (
-            F.to_json(F.col(f"`{field.name}`"))
+            F.to_json(F.col(_name(field.name)))
             if isinstance(raw.schema[field.name].dataType, _NESTED_TYPES)
-            else F.col(f"`{field.name}`").cast("string")
+            else F.col(_name(field.name)).cast("string")
         ).alias(field.name)
         for field in fields
     ]
@@ -400,18 +402,34 @@ def _name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _json_schema(fields: T.StructType, typed: bool) -> str:
-    """A DDL schema of the fields, as text unless ``typed`` and decoded."""
-    columns = [
-        f"`{field.name}`: "
-        + (
-            field.dataType.simpleString()
-            if typed and _decoded(field.dataType)
-            else "string"
+def _json_schema(fields: T.StructType, typed: bool) -> T.StructType:
+    """The fields as from_json decodes them: as text unless ``typed`` and
+    decoded; and the corrupt record's column."""
+    return T.StructType(
+        [
+            T.StructField(
+                field.name,
+                _nullable(field.dataType)
+                if typed and _decoded(field.dataType)
+                else T.StringType(),
+            )
+            for field in fields
+        ]
+        + [T.StructField(CORRUPT_RECORD, T.StringType())]
+    )
+
+
+def _nullable(kind: T.DataType) -> T.DataType:
+    """``kind`` with every nested value nullable, as a decoded one is."""
+    if isinstance(kind, T.StructType):
+        return T.StructType(
+            [T.StructField(f.name, _nullable(f.dataType)) for f in kind.fields]
         )
-        for field in fields
-    ]
-    return f"struct<{', '.join([*columns, f'`{CORRUPT_RECORD}`: string'])}>"
+    if isinstance(kind, T.ArrayType):
+        return T.ArrayType(_nullable(kind.elementType))
+    if isinstance(kind, T.MapType):
+        return T.MapType(_nullable(kind.keyType), _nullable(kind.valueType))
+    return kind
 
 
 def _unless_empty(name: str) -> Column:
