@@ -185,3 +185,40 @@ def test_expectations_on_parsed_records_name_where_a_failing_record_came_from(sp
         "Expectation 'plausible' failed (action: fail) on file readings-1.json, "
         'record {"device": "d1", "temperature_c": 99}'
     ) in str(failure.value)
+
+
+@pytest.mark.parametrize(
+    ("problems", "reasons"),
+    [
+        pytest.param(
+            {}, [None, "invalid temperature_c", "not a valid record"], id="default"
+        ),
+        pytest.param(
+            {"problems": None}, [None, None, "known_device"], id="none-read-by-choice"
+        ),
+    ],
+)
+def test_records_that_did_not_parse_are_quarantined_by_default(
+    spark, problems, reasons
+):
+    """parse_records' column of problems is check_expectations' by default:
+    a record that did not parse is never passed as valid for want of an
+    argument."""
+    parsed = parse_records(
+        lines(
+            spark, '{"device": "d1"}', '{"device": "d2", "temperature_c": "hot"}', "x"
+        ),
+        "device STRING, temperature_c DOUBLE",
+    )
+    rules = {"known_device": {"expect": "device IS NOT NULL", "action": "quarantine"}}
+    checked = check_expectations(parsed, rules, **problems)
+    assert [row.rejection_reason for row in checked.collect()] == reasons
+
+
+def test_a_column_of_problems_the_records_lack_is_named(spark):
+    readings = spark.createDataFrame([("d1",)], "device STRING")
+    rules = {"known_device": {"expect": "device IS NOT NULL", "action": "quarantine"}}
+    with pytest.raises(StreamingConfigError, match="'parse_problems' is not a column"):
+        check_expectations(readings, rules, problems="parse_problems")
+    # The default only where the records have it: these were not parsed.
+    assert check_expectations(readings, rules).count() == 1

@@ -48,6 +48,8 @@ EXPECTATIONS_METRIC = "expectations"
 QUARANTINED = "quarantined"  # records with a rejection reason, whatever it is
 WARNED = "warned"  # records kept with at least one warning
 UNPARSED = "unparsed"  # records rejected before the rules (see `problems`)
+# The column of problems parse_records gives each record.
+PARSE_PROBLEMS = "problems"
 _RESERVED = (QUARANTINED, WARNED, UNPARSED)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -113,7 +115,7 @@ def check_expectations(  # noqa: PLR0913
     *,
     declared_in: str = "the rules given to check_expectations",
     origin: Column | None = None,
-    problems: str | None = None,
+    problems: str | None = PARSE_PROBLEMS,
     reason_column: str = "rejection_reason",
     warnings_column: str = "warnings",
 ) -> DataFrame:
@@ -134,7 +136,9 @@ def check_expectations(  # noqa: PLR0913
             where ``records`` has them, else the record as JSON.
         problems: A column of reasons found before the rules (a record that
             did not parse). A record with one is quarantined with them and
-            not checked against the rules.
+            not checked against the rules. By default ``problems``,
+            ``parse_records``' column, where ``records`` has it (else there
+            is none); ``None`` reads no such column.
         reason_column: The output column of quarantine reasons, ``; ``-joined
             rule names (null for a good record).
         warnings_column: The output column of the ``warn`` rules broken.
@@ -164,6 +168,8 @@ def check_expectations(  # noqa: PLR0913
     """
     expectations = expectations_from_config(config, declared_in)
     _check_rules(records, expectations, declared_in)
+    columns = records.columns
+    problems = _problems_column(columns, problems, declared_in)
     if origin is None:
         origin = record_origin(records)
     # The checks are written as SQL, as the rules are: a Column built in
@@ -197,7 +203,7 @@ def check_expectations(  # noqa: PLR0913
         *[F.expr(f"count_if({flag})").alias(name) for name, flag in flags.items()],
     )
     failures = _failures(expectations, flags, origin, declared_in)
-    kept = [c for c in records.columns if c != problems]
+    kept = [c for c in columns if c != problems]
     given = [f"`{problems}`"] if problems else []
     reasons = _joined([*given, *_broken(expectations, flags, "quarantine")])
     return observed.select(
@@ -209,6 +215,21 @@ def check_expectations(  # noqa: PLR0913
         F.nullif(_joined(_broken(expectations, flags, "warn")), F.lit("")).alias(
             warnings_column
         ),
+    )
+
+
+def _problems_column(
+    columns: list[str], problems: str | None, declared_in: str
+) -> str | None:
+    """The column of problems found before the rules, if any: the default
+    only where the records have it (parsed by ``parse_records``)."""
+    if problems is None or problems in columns:
+        return problems
+    if problems == PARSE_PROBLEMS:
+        return None
+    raise StreamingConfigError(
+        f"{declared_in}: check_expectations' column of problems {problems!r} is "
+        f"not a column of the records; they have {', '.join(columns)}."
     )
 
 
