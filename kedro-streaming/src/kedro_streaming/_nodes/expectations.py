@@ -39,7 +39,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
-from kedro_streaming._nodes.records import record_origin
+from kedro_streaming._nodes.records import record_origin, sql_name
 from kedro_streaming.errors import StreamingConfigError
 
 ACTIONS = ("warn", "quarantine", "fail")
@@ -176,7 +176,7 @@ def check_expectations(  # noqa: PLR0913
     # Python costs a call into the JVM per function and operator, and 32 rules
     # built that way took longer than Spark's analysis of the whole plan.
     flags = {e.name: f"_broken_{i}" for i, e in enumerate(expectations)}
-    parsed = f"`{problems}` IS NULL AND " if problems else ""
+    parsed = f"{sql_name(problems)} IS NULL AND " if problems else ""
     # Each rule computed once per record, as a flag the counts and the
     # reasons read. The counts are observed on the flags themselves, and the
     # reasons joined after: one projection fewer to plan, which Real-Time Mode
@@ -188,10 +188,10 @@ def check_expectations(  # noqa: PLR0913
             for e in expectations
         ],
     )
-    unparsed = f"`{problems}` IS NOT NULL" if problems else "false"
+    unparsed = f"{sql_name(problems)} IS NOT NULL" if problems else "false"
     # What the joined reasons and warnings below are not empty for.
     quarantined = [
-        *([f"coalesce(`{problems}` != '', false)"] if problems else []),
+        *([f"coalesce({sql_name(problems)} != '', false)"] if problems else []),
         *(flags[e.name] for e in expectations if e.action == "quarantine"),
     ]
     warned = [flags[e.name] for e in expectations if e.action == "warn"]
@@ -204,7 +204,7 @@ def check_expectations(  # noqa: PLR0913
     )
     failures = _failures(expectations, flags, origin, declared_in)
     kept = [c for c in columns if c != problems]
-    given = [f"`{problems}`"] if problems else []
+    given = [sql_name(problems)] if problems else []
     reasons = _joined([*given, *_broken(expectations, flags, "quarantine")])
     return observed.select(
         *kept,

@@ -140,7 +140,7 @@ def parse_records(raw: DataFrame, schema: object) -> DataFrame:
             )
 
     parsed = records.selectExpr(
-        *[f"{column} AS {_name(name)}" for name, column in typed.items()],
+        *[f"{column} AS {sql_name(name)}" for name, column in typed.items()],
         "raw_payload",
         f"concat_ws('; ', {', '.join(problems)}) AS problems",
         "CASE WHEN input_file_name() != '' THEN input_file_name() END AS source_file",
@@ -180,7 +180,7 @@ def record_origin(records: DataFrame) -> Column:
     payload = (
         F.col("raw_payload")
         if "raw_payload" in columns
-        else F.to_json(F.struct(*[F.col(_name(name)) for name in records.columns]))
+        else F.to_json(F.struct(*[F.col(sql_name(name)) for name in records.columns]))
     )
     return F.concat(
         F.coalesce(*places, F.lit("input")),
@@ -335,9 +335,9 @@ def _field_columns(raw: DataFrame, fields: T.StructType) -> DataFrame:
     corrupt = F.col(CORRUPT_RECORD) if CORRUPT_RECORD in raw.columns else F.lit(None)
     columns = [
         (
-            F.to_json(F.col(_name(field.name)))
+            F.to_json(F.col(sql_name(field.name)))
             if isinstance(raw.schema[field.name].dataType, _NESTED_TYPES)
-            else F.col(_name(field.name)).cast("string")
+            else F.col(sql_name(field.name)).cast("string")
         ).alias(field.name)
         for field in fields
     ]
@@ -397,7 +397,7 @@ def _text(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _name(name: str) -> str:
+def sql_name(name: str) -> str:
     """``name`` as a SQL identifier."""
     return "`" + name.replace("`", "``") + "`"
 
