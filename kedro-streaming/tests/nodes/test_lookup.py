@@ -14,9 +14,21 @@ ZONES = [
 SCHEMA = "LocationID INT, Borough STRING, Zone STRING, rate DOUBLE, since DATE"
 
 
-def test_each_key_finds_its_row_as_a_left_join_would(spark):
-    zones = spark.createDataFrame(ZONES, SCHEMA)
-    trips = spark.createDataFrame([(1,), (7,), (2,), (99,), (None,)], "id INT")
+@pytest.mark.parametrize(
+    ("spread", "literal"),
+    [
+        # IDs close together: an array from the lowest, indexed by key.
+        (1, "[EWR,Queens,null,null,null,null,Manhattan]"),
+        # Far apart: a map, searched key by key.
+        (1000, "map(keys: [1000,2000,7000], values: [EWR,Queens,Manhattan])"),
+    ],
+    ids=["close-keys-array", "sparse-keys-map"],
+)
+def test_each_key_finds_its_row_as_a_left_join_would(spark, spread, literal):
+    spread_out = [(k * spread if k else k, *rest) for k, *rest in ZONES]
+    zones = spark.createDataFrame(spread_out, SCHEMA)
+    ids = [(k * spread,) for k in (1, 7, 2, 99)] + [(3 * spread,), (-5,), (None,)]
+    trips = spark.createDataFrame(ids, "id INT")
     lookup = Lookup(zones, key="LocationID")
 
     found = trips.select(
@@ -31,10 +43,12 @@ def test_each_key_finds_its_row_as_a_left_join_would(spark):
     assert len(lookup) == 3  # the row without a key is left out
     assert found.schema["since"].dataType.simpleString() == "date"
     assert sorted(found.collect(), key=lambda r: (r.id is None, r.id)) == [
-        (1, True, "EWR", "Newark Airport", 1.5, datetime.date(2024, 1, 31)),
-        (2, True, "Queens", "Jamaica Bay", None, None),
-        (7, True, "Manhattan", "it's \\ a 'quoted' \"zone\" ü ✓", -0.25, None),
-        (99, False, None, None, None, None),
+        (-5, False, None, None, None, None),
+        (1 * spread, True, "EWR", "Newark Airport", 1.5, datetime.date(2024, 1, 31)),
+        (2 * spread, True, "Queens", "Jamaica Bay", None, None),
+        (3 * spread, False, None, None, None, None),
+        (7 * spread, True, "Manhattan", "it's \\ a 'quoted' \"zone\" ü ✓", -0.25, None),
+        (99 * spread, False, None, None, None, None),
         (None, None, None, None, None, None),
     ]
     joined = trips.join(
@@ -49,7 +63,7 @@ def test_each_key_finds_its_row_as_a_left_join_would(spark):
     assert "Join" not in plan
     assert "Broadcast" not in plan
     assert "from_json" not in plan
-    assert "map(keys: [1,2,7], values: [EWR,Queens,Manhattan])" in plan
+    assert literal in plan
 
 
 def test_the_same_on_a_stream(stream_test, spark):

@@ -195,26 +195,34 @@ def check_expectations(  # noqa: PLR0913
         *(flags[e.name] for e in expectations if e.action == "quarantine"),
     ]
     warned = [flags[e.name] for e in expectations if e.action == "warn"]
+    counted = {
+        QUARANTINED: " OR ".join(quarantined) or "false",
+        WARNED: " OR ".join(warned) or "false",
+        UNPARSED: unparsed,
+        **flags,
+    }
+    # The names are plain (rule names are checked): no quoting needed.
     observed = flagged.observe(
         EXPECTATIONS_METRIC,
-        F.expr(f"count_if({' OR '.join(quarantined) or 'false'})").alias(QUARANTINED),
-        F.expr(f"count_if({' OR '.join(warned) or 'false'})").alias(WARNED),
-        F.expr(f"count_if({unparsed})").alias(UNPARSED),
-        *[F.expr(f"count_if({flag})").alias(name) for name, flag in flags.items()],
+        *[F.expr(f"count_if({counts}) AS {name}") for name, counts in counted.items()],
     )
-    failures = _failures(expectations, flags, origin, declared_in)
-    kept = [c for c in columns if c != problems]
     given = [sql_name(problems)] if problems else []
     reasons = _joined([*given, *_broken(expectations, flags, "quarantine")])
+    warnings = _joined(_broken(expectations, flags, "warn"))
+    outputs = [
+        *(sql_name(c) for c in columns if c != problems),
+        f"nullif({reasons}, '') AS {sql_name(reason_column)}",
+        f"nullif({warnings}, '') AS {sql_name(warnings_column)}",
+    ]
+    failures = _failures(expectations, flags, origin, declared_in)
+    if not failures:
+        return observed.selectExpr(*outputs)
+    # raise_error in an output column: a pruned column would never fail.
+    failing = F.concat_ws("; ", F.expr(reasons), *failures)
     return observed.select(
-        *kept,
-        # raise_error in an output column: a pruned column would never fail.
-        F.nullif(
-            F.concat_ws("; ", reasons, *failures) if failures else reasons, F.lit("")
-        ).alias(reason_column),
-        F.nullif(_joined(_broken(expectations, flags, "warn")), F.lit("")).alias(
-            warnings_column
-        ),
+        *map(F.expr, outputs[:-2]),
+        F.nullif(failing, F.lit("")).alias(reason_column),
+        F.expr(outputs[-1]),
     )
 
 
@@ -268,9 +276,9 @@ def _failures(
     ]
 
 
-def _joined(texts: list[str]) -> Column:
-    """The non-null values of SQL expressions ``texts``, ``; ``-joined."""
-    return F.expr(f"concat_ws('; ', {', '.join(texts)})") if texts else F.lit("")
+def _joined(texts: list[str]) -> str:
+    """SQL: the non-null values of SQL expressions ``texts``, ``; ``-joined."""
+    return f"concat_ws('; ', {', '.join(texts)})" if texts else "''"
 
 
 def rule_counts(metrics: Mapping[str, Any]) -> dict[str, int]:
