@@ -1,8 +1,7 @@
 """Where ingest's time goes: the bronze query built up step by step.
 
-Each step runs in a fresh JVM (as a `kedro run` does) on the benchmark's
-landing folder (run `batch.py` first), as one availableNow micro-batch to a
-parquet sink, with the project's spark.yml, and prints the batch's duration:
+Each step reads the benchmark's landing folder (run `batch.py` first) with
+the project's spark.yml:
 
 - ``json_reader``: Spark's JSON reader with the typed schema, as the
   hand-written script does;
@@ -13,20 +12,30 @@ parquet sink, with the project's spark.yml, and prints the batch's duration:
 - ``parse``: the project's ``parse_trips`` (lenient typing, named problems,
   raw payload, provenance);
 - ``zones``: ``check_trips`` with one rule that is always true: the zone
-  lookup joins and the quarantine columns;
+  lookups and the quarantine columns;
 - ``rules``: ``check_trips`` with the 32 shipped rules, without their counts
   (the ``expectations`` metric);
 - ``ingest``: ``check_trips(parse_trips(...))`` with the rules counted, the
   ``bronze_trips`` query.
 
-    python benchmarks/ingest_steps.py [--rounds 2]
+By default each step runs in a fresh JVM (as a `kedro run` does), as one
+availableNow micro-batch to a parquet sink, and prints the batch's duration.
+With ``--one-jvm``, the steps alternate in one warm session, round after
+round, each read as a batch and written to Spark's ``noop`` sink, which
+consumes every row and writes nothing: the work per record alone, with the
+JVM's warm-up and the disk left out (the first round is not counted).
+
+    python benchmarks/ingest_steps.py [--rounds 2] [--one-jvm]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +45,11 @@ STEPS = ("json_reader", "from_json", "typed", "parse", "zones", "rules", "ingest
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--one-jvm",
+        action="store_true",
+        help="alternate the steps in one session, batch reads, noop sink",
+    )
     parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
     )
@@ -49,6 +63,14 @@ def main() -> None:
     python = args.workdir / "venv/bin/python"
     if not (project / "data/01_raw/trips_landing").is_dir() or not python.exists():
         sys.exit("No benchmark data: run benchmarks/batch.py first.")
+    if args.one_jvm:
+        # In the project's virtualenv, which has its PySpark and package.
+        subprocess.run(
+            [python, "-c", _ONE_JVM, str(project), str(args.rounds)],
+            cwd=project,
+            check=True,
+        )
+        return
     seconds: dict[str, list[str]] = {step: [] for step in STEPS}
     for _ in range(args.rounds):
         for step in STEPS:
@@ -66,59 +88,104 @@ def main() -> None:
         print(f"  {step:12s} {', '.join(runs)} s")
 
 
-def run_step(project: Path, step: str, out: Path) -> str:
-    """The step's query on a fresh session; the micro-batch's duration in s.
+_ONE_JVM = f"""
+import sys
+sys.path.insert(0, {str(HERE)!r})
+from ingest_steps import alternate
+alternate(__import__("pathlib").Path(sys.argv[1]), int(sys.argv[2]))
+"""
 
-    Runs in the benchmark project's virtualenv, which has PySpark.
-    """
-    import shutil
 
+def session(project: Path):
+    """The project's SparkSession (its spark.yml) and its ingest nodes."""
     import yaml
-    from kedro.config import OmegaConfigLoader
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-
-    sys.path.insert(0, str(HERE))
-    from handwritten import TRIP_SCHEMA, ZONE_SCHEMA, run_bounded
 
     spark_conf = yaml.safe_load((project / "conf/base/spark.yml").read_text())
     spark = SparkSession.builder.config(
         map={k: str(v) for k, v in spark_conf.items()}
     ).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    package = next(p for p in (project / "src").iterdir() if (p / "streaming").is_dir())
+    package = next(p for p in (project / "src").iterdir() if (p / "pipelines").is_dir())
     sys.path.insert(0, str(package.parent))
     nodes = __import__(f"{package.name}.pipelines.ingest.nodes", fromlist=["nodes"])
+    return spark, nodes
+
+
+def step_frame(spark, nodes, project: Path, step: str, streaming: bool):
+    """The step's DataFrame over the landing folder, a stream or a batch."""
+    from kedro.config import OmegaConfigLoader
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    sys.path.insert(0, str(HERE))
+    from handwritten import TRIP_SCHEMA, ZONE_SCHEMA
 
     raw = project / "data/01_raw"
     landing = str(raw / "trips_landing")
-    lines = spark.readStream.format("text").load(landing)
+    reader = spark.readStream if streaming else spark.read
+    lines = reader.format("text").load(landing)
     if step == "json_reader":
-        trips = spark.readStream.schema(TRIP_SCHEMA).json(landing)
-    elif step == "from_json":
+        return reader.schema(TRIP_SCHEMA).json(landing)
+    if step == "from_json":
         trips = lines.select(F.from_json("value", TRIP_SCHEMA).alias("trip"))
-        trips = trips.select("trip.*")
-    elif step == "typed":
-        trips = nodes.parse_trips(lines).drop("raw_payload", *nodes.SOURCE_COLUMNS)
-    elif step == "parse":
-        trips = nodes.parse_trips(lines)
-    else:
-        zones = spark.read.csv(
-            str(raw / "taxi_zone_lookup.csv"), header=True, schema=ZONE_SCHEMA
-        )
-        rules = OmegaConfigLoader(str(project / "conf"), base_env="base")
-        expectations = rules["parameters"]["trip_expectations"]
-        if step == "zones":
-            expectations = {"always": {"expect": "true", "action": "quarantine"}}
-        if step == "rules":  # the same query without the observed counts
-            type(lines).observe = lambda frame, *_, **__: frame
-        trips = nodes.check_trips(nodes.parse_trips(lines), zones, expectations)
+        return trips.select("trip.*")
+    if step == "typed":
+        return nodes.parse_trips(lines).drop("raw_payload", *nodes.SOURCE_COLUMNS)
+    if step == "parse":
+        return nodes.parse_trips(lines)
+    zones = spark.read.csv(
+        str(raw / "taxi_zone_lookup.csv"), header=True, schema=ZONE_SCHEMA
+    )
+    rules = OmegaConfigLoader(str(project / "conf"), base_env="base")
+    expectations = rules["parameters"]["trip_expectations"]
+    if step == "zones":
+        expectations = {"always": {"expect": "true", "action": "quarantine"}}
+    observe = DataFrame.observe
+    if step == "rules":  # the same query without the observed counts
+        DataFrame.observe = lambda frame, *_, **__: frame
+    try:
+        return nodes.check_trips(nodes.parse_trips(lines), zones, expectations)
+    finally:
+        DataFrame.observe = observe
 
+
+def run_step(project: Path, step: str, out: Path) -> str:
+    """The step's query on a fresh session; the micro-batch's duration in s.
+
+    Runs in the benchmark project's virtualenv, which has PySpark.
+    """
+    sys.path.insert(0, str(HERE))
+    from handwritten import run_bounded
+
+    spark, nodes = session(project)
+    trips = step_frame(spark, nodes, project, step, streaming=True)
     shutil.rmtree(out, ignore_errors=True)
     query = run_bounded(trips, out, "table")
     batch_ms = sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress)
     spark.stop()
     return f"{batch_ms / 1000:.1f}"
+
+
+def alternate(project: Path, rounds: int) -> None:
+    """Every step in turn, ``rounds`` times after one uncounted round, in one
+    session; prints each time and the medians."""
+    spark, nodes = session(project)
+    seconds: dict[str, list[float]] = {step: [] for step in STEPS}
+    for counted in range(rounds + 1):
+        for step in STEPS:
+            frame = step_frame(spark, nodes, project, step, streaming=False)
+            started = time.monotonic()
+            frame.write.format("noop").mode("overwrite").save()
+            elapsed = time.monotonic() - started
+            print(f"round {counted} {step:12s} {elapsed:6.2f} s", flush=True)
+            if counted:
+                seconds[step].append(elapsed)
+    print("\nseconds per round, and the median:")
+    for step, runs in seconds.items():
+        times = ", ".join(f"{t:.2f}" for t in runs)
+        print(f"  {step:12s} {times}   median {statistics.median(runs):.2f}")
+    spark.stop()
 
 
 if __name__ == "__main__":
