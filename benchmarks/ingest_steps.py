@@ -24,13 +24,17 @@ With ``--one-jvm``, the steps alternate in one warm session, round after
 round, each read as a batch and written to Spark's ``noop`` sink, which
 consumes every row and writes nothing: the work per record alone, with the
 JVM's warm-up and the disk left out (the first round is not counted).
+``--jfr FILE`` records that session with the JVM's Flight Recorder, to read
+with its own tool: ``jfr view hot-methods FILE`` (Java 21 and later; it reads
+a recording of Java 17).
 
-    python benchmarks/ingest_steps.py [--rounds 2] [--one-jvm]
+    python benchmarks/ingest_steps.py [--rounds 2] [--one-jvm [--steps a,b] [--jfr FILE]]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -51,6 +55,12 @@ def main() -> None:
         help="alternate the steps in one session, batch reads, noop sink",
     )
     parser.add_argument(
+        "--steps", default=",".join(STEPS), help="with --one-jvm: which, in turn"
+    )
+    parser.add_argument(
+        "--jfr", type=Path, help="with --one-jvm: a Flight Recording of the session"
+    )
+    parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
     )
     parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
@@ -65,10 +75,17 @@ def main() -> None:
         sys.exit("No benchmark data: run benchmarks/batch.py first.")
     if args.one_jvm:
         # In the project's virtualenv, which has its PySpark and package.
+        steps = args.steps.split(",")
+        if unknown := set(steps) - set(STEPS):
+            sys.exit(
+                f"No such step: {', '.join(unknown)}; the steps: {', '.join(STEPS)}"
+            )
+        recording = str(args.jfr.resolve()) if args.jfr else ""
         subprocess.run(
-            [python, "-c", _ONE_JVM, str(project), str(args.rounds)],
+            [python, "-c", _ONE_JVM, str(project), str(args.rounds), *steps],
             cwd=project,
             check=True,
+            env={**os.environ, "INGEST_STEPS_JFR": recording},
         )
         return
     seconds: dict[str, list[str]] = {step: [] for step in STEPS}
@@ -92,16 +109,22 @@ _ONE_JVM = f"""
 import sys
 sys.path.insert(0, {str(HERE)!r})
 from ingest_steps import alternate
-alternate(__import__("pathlib").Path(sys.argv[1]), int(sys.argv[2]))
+alternate(__import__("pathlib").Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])
 """
 
 
-def session(project: Path):
-    """The project's SparkSession (its spark.yml) and its ingest nodes."""
+def session(project: Path, recording: str = ""):
+    """The project's SparkSession (its spark.yml) and its ingest nodes;
+    the driver's JVM recorded into ``recording`` if given."""
     import yaml
     from pyspark.sql import SparkSession
 
     spark_conf = yaml.safe_load((project / "conf/base/spark.yml").read_text())
+    if recording:
+        spark_conf["spark.driver.extraJavaOptions"] = (
+            f"{spark_conf.get('spark.driver.extraJavaOptions', '')} "
+            f"-XX:StartFlightRecording=filename={recording},settings=profile"
+        )
     spark = SparkSession.builder.config(
         map={k: str(v) for k, v in spark_conf.items()}
     ).getOrCreate()
@@ -167,13 +190,13 @@ def run_step(project: Path, step: str, out: Path) -> str:
     return f"{batch_ms / 1000:.1f}"
 
 
-def alternate(project: Path, rounds: int) -> None:
-    """Every step in turn, ``rounds`` times after one uncounted round, in one
+def alternate(project: Path, rounds: int, steps: list[str]) -> None:
+    """The steps in turn, ``rounds`` times after one uncounted round, in one
     session; prints each time and the medians."""
-    spark, nodes = session(project)
-    seconds: dict[str, list[float]] = {step: [] for step in STEPS}
+    spark, nodes = session(project, os.environ.get("INGEST_STEPS_JFR", ""))
+    seconds: dict[str, list[float]] = {step: [] for step in steps}
     for counted in range(rounds + 1):
-        for step in STEPS:
+        for step in steps:
             frame = step_frame(spark, nodes, project, step, streaming=False)
             started = time.monotonic()
             frame.write.format("noop").mode("overwrite").save()

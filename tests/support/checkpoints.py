@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from reference import (
     EPOCH,
@@ -203,21 +204,45 @@ SOURCE_TABLES = {
 def table_batches(tables: Path, query: str) -> list[pd.DataFrame]:
     """The rows of every micro-batch a query read from its source table (Delta,
     or a Spark parquet sink), in batch order, read from its checkpoint."""
-    checkpoint = tables / "checkpoints" / query
-    if "reservoirVersion" in offset_log(checkpoint)[0]:
-        table = tables / DELTA_TABLES[SOURCE_TABLES[query]]
-        batches = delta_source_batches(table, checkpoint)
-    else:
-        batches = [
-            [Path(uri.removeprefix("file:")) for uri in batch]
-            for batch in file_source_batches(checkpoint)
-        ]
     return [
         pd.concat([pd.read_parquet(path) for path in files])
         if files
         else pd.DataFrame(columns=["source_file"])
-        for files in batches
+        for files in source_files(tables, query)
     ]
+
+
+def source_files(tables: Path, query: str) -> list[list[Path]]:
+    """The files of every micro-batch a query read from its source table
+    (Delta, or a Spark parquet sink), in batch order, from its checkpoint."""
+    checkpoint = tables / "checkpoints" / query
+    if "reservoirVersion" in offset_log(checkpoint)[0]:
+        table = tables / DELTA_TABLES[SOURCE_TABLES[query]]
+        return delta_source_batches(table, checkpoint)
+    return [
+        [Path(uri.removeprefix("file:")) for uri in batch]
+        for batch in file_source_batches(checkpoint)
+    ]
+
+
+def rows_read_where_not_null(tables: Path, query: str, column: str) -> list[int]:
+    """The rows a query filtering on ``column IS NOT NULL`` reads from its
+    source table in each micro-batch: Spark hands that filter to its parquet
+    reader, which skips a row group whose statistics count only nulls there
+    (a file of valid trips, for ``rejection_reason``), so Spark's count of
+    rows in leaves its rows out."""
+    counts = []
+    for files in source_files(tables, query):
+        read = 0
+        for path in files:
+            metadata = pq.ParquetFile(path).metadata
+            index = metadata.schema.names.index(column)
+            for group in range(metadata.num_row_groups):
+                row_group = metadata.row_group(group)
+                nulls = row_group.column(index).statistics.null_count
+                read += 0 if nulls == row_group.num_rows else row_group.num_rows
+        counts.append(read)
+    return counts
 
 
 def query_batches(
