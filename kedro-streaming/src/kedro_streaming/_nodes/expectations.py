@@ -209,20 +209,18 @@ def check_expectations(  # noqa: PLR0913
     given = [sql_name(problems)] if problems else []
     reasons = _joined([*given, *_broken(expectations, flags, "quarantine")])
     warnings = _joined(_broken(expectations, flags, "warn"))
-    outputs = [
-        *(sql_name(c) for c in columns if c != problems),
-        f"nullif({reasons}, '') AS {sql_name(reason_column)}",
-        f"nullif({warnings}, '') AS {sql_name(warnings_column)}",
-    ]
+    kept = [sql_name(c) for c in columns if c != problems]
+    warnings_output = f"nullif({warnings}, '') AS {sql_name(warnings_column)}"
     failures = _failures(expectations, flags, origin, declared_in)
     if not failures:
-        return observed.selectExpr(*outputs)
+        reason_output = f"nullif({reasons}, '') AS {sql_name(reason_column)}"
+        return observed.selectExpr(*kept, reason_output, warnings_output)
     # raise_error in an output column: a pruned column would never fail.
     failing = F.concat_ws("; ", F.expr(reasons), *failures)
     return observed.select(
-        *map(F.expr, outputs[:-2]),
+        *map(F.expr, kept),
         F.nullif(failing, F.lit("")).alias(reason_column),
-        F.expr(outputs[-1]),
+        F.expr(warnings_output),
     )
 
 

@@ -112,7 +112,6 @@ class Lookup:
         record; other keys search a map, which Spark does key by key (for 265
         zones, 4 % of the ingest query's time, measured with JFR).
         """
-        key_kind = self._types[self.key]
         lowest, slots = self._slots()
         if slots:
             texts = [_text(values.get(lowest + i), kind) for i in range(slots)]
@@ -121,6 +120,7 @@ class Lookup:
             offset = (key - F.lit(lowest)).cast("int")
             highest = lowest + slots - 1
             return F.when(key.between(lowest, highest), found.cast(array_type)[offset])
+        key_kind = self._types[self.key]
         as_text = json.dumps(
             {
                 _text(found, key_kind): _text(value, kind)
