@@ -278,6 +278,10 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
         consumer.close()
         run.send_signal(signal.SIGTERM)
         run.wait(timeout=120)
+        # About 0.6 GB a run on the broker's disk, read by now.
+        admin = KafkaAdminClient(bootstrap_servers=SERVERS)
+        admin.delete_topics(list(topics.values()))
+        admin.close()
     # No progress line before the first checkpoint: a run shorter than one
     # interval has none.
     batches = [

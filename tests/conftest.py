@@ -77,7 +77,17 @@ def pytest_sessionstart(session):
     # Where the tests run (each fetch takes a file lock): not in xdist's
     # controller, which runs none.
     if XDIST_WORKER or not getattr(session.config.option, "numprocesses", None):
-        start_prefetches(Path(tempfile.mkdtemp(prefix="prefetched-")))
+        # Spark's scratch folders (each JVM's copy of its jars, its state
+        # stores' local files) in one folder gone with the session: a run
+        # killed with SIGKILL, as the tests do, leaves its own behind.
+        scratch = Path(tempfile.mkdtemp(prefix="starter-tests-spark-"))
+        _HOLDING.callback(shutil.rmtree, scratch, ignore_errors=True)
+        os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+        wheels = Path(tempfile.mkdtemp(prefix="prefetched-"))
+        # About 0.4 GB of wheels each session: gone with the session, or a
+        # machine that runs the suite often fills its disk.
+        _HOLDING.callback(shutil.rmtree, wheels, ignore_errors=True)
+        start_prefetches(wheels)
 
 
 def pytest_sessionfinish(session):

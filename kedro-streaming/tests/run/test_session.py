@@ -88,6 +88,32 @@ def test_spark_ui_on_this_machine_without_kill_links_unless_asked():
     assert session._settings["spark.ui.killEnabled"] == "True"
 
 
+def test_the_project_and_the_runtime_reach_the_executors_as_packages(
+    spark, tmp_path, monkeypatch
+):
+    """Executors elsewhere have neither the project's source nor the plugin:
+    each arrives as a zip that a Python worker imports by its own name."""
+    (tmp_path / "own_project").mkdir()
+    (tmp_path / "own_project/__init__.py").write_text("NAME = 'own'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(session.kedro_project, "PACKAGE_NAME", "own_project")
+    session._send_project_code(spark)
+
+    def importable(_):
+        import sys  # noqa: PLC0415 (on the executor)
+        import zipimport  # noqa: PLC0415
+
+        found = {}
+        for path in sys.path:
+            name = os.path.basename(path).removesuffix(".zip")
+            if path.endswith(".zip") and name in ("own_project", "kedro_streaming"):
+                found[name] = zipimport.zipimporter(path).find_spec(name) is not None
+        return found
+
+    worker = spark.sparkContext.parallelize([0], 1).map(importable).collect()
+    assert worker == [{"own_project": True, "kedro_streaming": True}]
+
+
 @pytest.mark.parametrize("spark_version", ["4.0.0", "4.0.2", "4.1.1", "4.2.0", "4.3.0"])
 def test_kafka_connector_must_match_the_running_spark(spark_version):
     for wrong in ("3.5.1", "4.1.1" if spark_version != "4.1.1" else "4.2.0"):

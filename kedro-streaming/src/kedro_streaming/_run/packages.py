@@ -4,6 +4,7 @@ the executors."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib
 import json
@@ -105,6 +106,9 @@ def send_package(spark: SparkSession, name: str) -> None:
     only), else its folder zipped."""
     package = importlib.import_module(name)
     folder = Path(tempfile.mkdtemp(prefix="project-code-"))
+    # Executors fetch it from here as long as the session lives (those that
+    # join late too): removed when the run's process ends.
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     archive = folder / f"{name}.zip"
     imported_from = getattr(package.__loader__, "archive", None)
     if imported_from:

@@ -246,7 +246,8 @@ def _send_project_code(spark: SparkSession) -> None:
     """
     if not kedro_project.PACKAGE_NAME:  # not in a Kedro project, e.g. a notebook
         return
-    for name in (kedro_project.PACKAGE_NAME, __package__):
+    runtime = __package__.partition(".")[0]  # kedro_streaming, not this room
+    for name in (kedro_project.PACKAGE_NAME, runtime):
         send_package(spark, name)
 
 
