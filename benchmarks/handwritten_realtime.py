@@ -84,12 +84,14 @@ def main() -> None:
         checked, zones, {"valid": valid, "rejected": rejected}
     )
     record = F.col("value")
+    # Every field named, null or not, as the project's Kafka sink writes it.
+    as_json = {"ignoreNullFields": "false"}
     query = (
         messages.select(
             "key",
             "topic",
-            F.when(F.col("topic") == valid, F.to_json(record[valid]))
-            .otherwise(F.to_json(record[rejected]))
+            F.when(F.col("topic") == valid, F.to_json(record[valid], as_json))
+            .otherwise(F.to_json(record[rejected], as_json))
             .alias("value"),
         )
         .writeStream.format("kafka")

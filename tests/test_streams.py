@@ -160,12 +160,18 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     ]
     assert sum(late) == sum(expected.late_groups_by_batch) < expected.late_trips
 
-    # Reset the summary: bronze is untouched, the summary is rebuilt from it.
+    # Reset the summary, from a folder inside the project: bronze is
+    # untouched, the summary is rebuilt from it.
     bronze_files = committed_files(data / "02_intermediate/bronze_trips")
     result = streams(
-        project_bin, fresh_project, "reset", "hourly_borough_summary", "--yes"
+        project_bin, fresh_project / "src", "reset", "hourly_borough_summary", "--yes"
     )
     assert "bronze_trips" not in result.stdout
+    # Both paths as the catalog has them: in the project's folder.
+    assert (
+        "hourly_borough_summary: table data/08_reporting/hourly_borough_summary "
+        "and checkpoint data/checkpoints/hourly_borough_summary\n" in result.stdout
+    )
     assert not (data / "08_reporting/hourly_borough_summary").exists()
     assert not (data / "checkpoints/hourly_borough_summary").exists()
     status = status_lines(project_bin, fresh_project)

@@ -334,13 +334,14 @@ def reset(
         if dataset.file_format == "kafka":
             plan.append((name, [dataset.checkpoint]))
             click.echo(
-                f"{name}: checkpoint {dataset.checkpoint}. Its Kafka topic is left "
-                "alone: the next run appends everything again after what it holds."
+                f"{name}: checkpoint {_shown(dataset.checkpoint)}. Its Kafka topic is "
+                "left alone: the next run appends everything again after what it holds."
             )
         else:
             plan.append((name, [dataset.path, dataset.checkpoint]))
             click.echo(
-                f"{name}: table {dataset.path} and checkpoint {dataset.checkpoint}"
+                f"{name}: table {_shown(dataset.path)} and checkpoint "
+                f"{_shown(dataset.checkpoint)}"
             )
     if not yes:
         click.confirm("Remove them?", abort=True)
@@ -351,6 +352,17 @@ def reset(
                 fs.rm(root, recursive=True)
     project.state.forget(targets)
     click.echo(f"Reset {', '.join(sorted(targets))}.")
+
+
+def _shown(path: str) -> str:
+    """``path`` as the project's catalog would write it: inside the project's
+    folder (where the command runs), relative to it."""
+    local = Path(path.removeprefix("file://"))
+    if "://" in path.removeprefix("file://") or not local.is_absolute():
+        return path
+    return (
+        str(local.relative_to(Path.cwd())) if local.is_relative_to(Path.cwd()) else path
+    )
 
 
 @streams.command()

@@ -251,7 +251,7 @@ def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
     assert sorted(path.name for path in here.iterdir()) == ["in"]
 
 
-def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark):
+def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark, caplog):
     """The dry run's DataFrames are the run's: a node runs once, unless it
     reads a sink of the same run, which the dry run read as a stand-in (the
     run reads it once written). The nodes' functions are theirs again after."""
@@ -292,9 +292,13 @@ def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark):
     hook_manager = registered(hooks)
     hooks.before_pipeline_run({}, nodes, catalog)
     SequentialRunner().run(nodes, catalog, hook_manager)
-    hooks.after_pipeline_run({})
+    with caplog.at_level(logging.INFO, logger="kedro_streaming.queries"):
+        hooks.after_pipeline_run({})
 
     assert calls == {"typed": 1, "checked": 1, "copied": 2}
+    # Bounded queries end by themselves: no Ctrl-C to ask for.
+    assert "Waiting for first, second to read what is there." in caplog.text
+    assert "Ctrl-C" not in caplog.text
     assert [each.func for each in nodes.nodes] == functions
     # What was checked is what ran: the dry run's columns (call 1), and
     # `copied` as the run built it, on what `first` holds (call 2).

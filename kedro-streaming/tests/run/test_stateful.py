@@ -14,7 +14,7 @@ from kedro_streaming._run.stateful import (
     transform_with_state_problem,
     unwatermarked_join_note,
 )
-from kedro_streaming.testing import _collector
+from kedro_streaming._testing_steps import collector
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
@@ -92,7 +92,7 @@ def test_a_batch_given_again_before_a_step_took_it_is_collected_once(spark):
     """Stopped after its rows were collected and before its commit, a batch
     runs again at the next start with the same id."""
     batches, done = [], threading.Event()
-    collect = _collector(batches, done)
+    collect = collector(batches, done)
     collect(spark.createDataFrame([("b",), ("a",)], "key STRING"), 3)
     collect(spark.createDataFrame([("a",), ("b",)], "key STRING"), 3)
     collect(spark.createDataFrame([("c",)], "key STRING"), 4)

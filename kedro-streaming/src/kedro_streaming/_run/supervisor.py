@@ -160,10 +160,17 @@ class QuerySupervisor:
 
     def run_to_the_end(self) -> None:
         """Keeps the run alive while any query runs; fails if one fails."""
-        if self._queries:
+        unbounded = [
+            name for name in self._queries if "availableNow" not in self._triggers[name]
+        ]
+        if unbounded:
             logger.info(
                 "Streaming queries running: %s. Press Ctrl-C to stop.",
                 ", ".join(self._queries),
+            )
+        elif self._queries:  # each stops by itself once it has read what is there
+            logger.info(
+                "Waiting for %s to read what is there.", ", ".join(self._queries)
             )
         self._wait(lambda: not any(q.isActive for q in self._queries.values()))
         self._update_progress()  # the last progress lines, then the totals
