@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -493,6 +494,14 @@ def report(received: list, sent: int, batches: list[dict], jobs: list[dict]) -> 
         + " ".join(
             f"{quantile(sorted(v), 0.5):.0f}" for _, v in sorted(seconds.items())
         )
+    )
+    # How fast the start's backlog drained: what the query could read at
+    # best, once warm, and how long it read more than was sent.
+    first_read = min(read_at for read_at, _, _ in received)
+    tens = Counter(int((read_at - first_read) // 10) for read_at, _, _ in received)
+    parts.append(
+        "read per second, by 10 s from the first read: "
+        + ", ".join(f"{tens[i] / 10:,.0f}" for i in range(min(16, max(tens) + 1)))
     )
     return "\n  ".join(parts)
 
