@@ -61,6 +61,9 @@ class Step:
 def collector(
     batches: list[tuple[int, list[Row]]], done: threading.Event
 ) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function that keeps each micro-batch's rows, sorted,
+    in ``batches`` (with its id), and sets ``done`` after each."""
+
     def collect(batch: DataFrame, batch_id: int) -> None:
         rows = sorted(batch.collect(), key=sort_key)
         # A batch given again before any step took it was never committed
@@ -76,6 +79,8 @@ def collector(
 def step_result(
     batches: list[list[Row]], reports: list[dict[str, Any]], mode: str, last: Step
 ) -> Step:
+    """The ``Step`` of one sink: its ``batches`` and Spark's progress
+    ``reports`` of the step, in output ``mode``, after the ``last`` step."""
     # Spark also reports triggers that found nothing to do and ran no batch.
     ran = [report for report in reports if "addBatch" in report.get("durationMs", {})]
     if not ran:
