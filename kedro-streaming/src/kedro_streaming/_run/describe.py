@@ -12,6 +12,17 @@ from kedro_streaming._connectors.dataset import SparkStreamingDataset
 from kedro_streaming._run.catalog import query_sources
 
 
+def ends_by_itself(trigger: dict[str, Any] | None) -> bool:
+    """Whether a query with ``trigger`` stops once it has read what is there
+    (``availableNow``, ``once``).
+
+    Example:
+        >>> ends_by_itself({"availableNow": True}), ends_by_itself({"realTime": "2 minutes"})
+        (True, False)
+    """
+    return next(iter(trigger or {}), None) in ("availableNow", "once")
+
+
 def describe_trigger(trigger: dict[str, Any]) -> str:
     """What a query's trigger means for the run, in words: the start line says
     it, so that a bounded run that keeps going (a `--params` lost) shows why."""

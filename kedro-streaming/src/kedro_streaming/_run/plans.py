@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 
 from kedro_streaming._connectors.dataset import SparkStreamingDataset
 from kedro_streaming._connectors.streams import SCHEMA_FREE_FORMATS
+from kedro_streaming._run.describe import ends_by_itself
 from kedro_streaming._run.realtime import real_time_plan_problem
 from kedro_streaming._run.sink_schemas import check_sink_schema
 from kedro_streaming._run.stateful import (
@@ -50,8 +51,6 @@ _NOTHING_YET = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA", "DELTA_SCHEMA_NOT_SE
 
 # What a node's run logs itself, and each load: the dry run reports a
 # failure once, as its own line, and a real run's log shows its loads once.
-# Triggers that end the query once it has read what is there.
-_BOUNDED_TRIGGERS = ("availableNow", "once")
 _QUIET_LOGGERS = ("kedro.pipeline.node", "kedro.io.data_catalog")
 
 
@@ -210,7 +209,7 @@ def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
     problem = _output_mode_problem(spark, dataset.output_mode, frame)
     if problem:
         return problem
-    ends = bounded or next(iter(dataset.trigger or {}), None) in _BOUNDED_TRIGGERS
+    ends = bounded or ends_by_itself(dataset.trigger)
     problem = transform_with_state_problem(
         spark, frame, bounded=ends
     ) or redefined_watermark_problem(spark, frame)

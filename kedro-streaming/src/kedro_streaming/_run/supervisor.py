@@ -23,6 +23,7 @@ from kedro_streaming._run.avro_replans import AvroReplans
 from kedro_streaming._run.describe import (
     describe_sources,
     describe_trigger,
+    ends_by_itself,
     kafka_topics,
 )
 from kedro_streaming._run.endpoint import POLL_SECONDS, serve_the_failure
@@ -160,10 +161,7 @@ class QuerySupervisor:
 
     def run_to_the_end(self) -> None:
         """Keeps the run alive while any query runs; fails if one fails."""
-        unbounded = [
-            name for name in self._queries if "availableNow" not in self._triggers[name]
-        ]
-        if unbounded:
+        if not all(ends_by_itself(self._triggers[name]) for name in self._queries):
             logger.info(
                 "Streaming queries running: %s. Press Ctrl-C to stop.",
                 ", ".join(self._queries),
