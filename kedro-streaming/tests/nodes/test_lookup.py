@@ -104,3 +104,36 @@ def test_what_a_lookup_cannot_hold_is_refused(spark, monkeypatch):
         StreamingConfigError, match="no column 'when'; its columns: k, at"
     ):
         Lookup(stamped, key="k").value("when", F.col("k"))
+
+
+def test_a_run_reads_each_table_once(spark, tmp_path):
+    """In a run, a node built twice (the checks, then the run) or two nodes
+    looking up the same table read it once; outside a run, every time."""
+    path = tmp_path / "zones.csv"
+
+    def zones(columns=("LocationID", "Borough")):
+        table = spark.read.csv(str(path), header=True, schema=SCHEMA)
+        return Lookup(table.select(*columns), key="LocationID")
+
+    def boroughs(lookup):
+        return [lookup.value("Borough", F.lit(k)) for k in (1, 2)]
+
+    def found(lookup):
+        return tuple(spark.range(1).select(*boroughs(lookup)).first())
+
+    path.write_text("LocationID,Borough\n1,EWR\n2,Queens\n")
+    end_run = lookup_module.run_reads_each_table_once()
+    try:
+        before = zones()
+        path.write_text("LocationID,Borough\n1,Bronx\n2,Brooklyn\n")
+        again, other_plan = zones(), zones(("LocationID", "Borough", "Zone"))
+    finally:
+        end_run()
+    after = zones()
+
+    assert [found(x) for x in (before, again, other_plan, after)] == [
+        ("EWR", "Queens"),
+        ("EWR", "Queens"),  # the run's first read
+        ("Bronx", "Brooklyn"),  # another plan: read on its own
+        ("Bronx", "Brooklyn"),  # no run: read anew
+    ]

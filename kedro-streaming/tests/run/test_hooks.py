@@ -16,10 +16,12 @@ from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 from kedro.runner import SequentialRunner
 from kedro_streaming import (
+    Lookup,
     SparkStreamingDataset,
     StreamingConfigError,
     StreamingQueryHooks,
 )
+from kedro_streaming._nodes import lookup as lookup_module
 from kedro_streaming._run.catalog import (
     check_paths_reach_the_cluster,
     check_paths_resolve_in_the_project,
@@ -254,7 +256,8 @@ def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
 def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark, caplog):
     """The dry run's DataFrames are the run's: a node runs once, unless it
     reads a sink of the same run, which the dry run read as a stand-in (the
-    run reads it once written). The nodes' functions are theirs again after."""
+    run reads it once written; its lookups keep the rows they read). The
+    nodes' functions are theirs again after."""
     here = Path.cwd()
     (here / "in" / "0.json").write_text('{"id": 1}\n{"id": 2}\n')
     catalog = DataCatalog.from_config(
@@ -280,17 +283,27 @@ def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark, caplog):
         function.__name__ = step
         return function
 
+    names = here / "names.csv"
+    names.write_text("id,name\n1,one\n2,two\n")
+
+    def named(frame):
+        table = spark.read.csv(str(names), header=True, schema="id INT, name STRING")
+        found = Lookup(table, key="id").value("name", F.col("id"))
+        return counting("copied")(frame).withColumn("name", found)
+
     nodes = pipeline(
         [
             node(counting("typed"), "in", "typed", name="typed"),
             node(counting("checked"), "typed", "first", name="checked"),
-            node(counting("copied"), "first", "second", name="copied"),
+            node(named, "first", "second", name="copied"),
         ]
     )
     functions = [each.func for each in nodes.nodes]
     hooks = streaming_hooks(metrics_port=0, trigger="available_now")
     hook_manager = registered(hooks)
     hooks.before_pipeline_run({}, nodes, catalog)
+    # Read by the dry run: the run builds `copied` again, on the same rows.
+    names.write_text("id,name\n1,uno\n2,dos\n")
     SequentialRunner().run(nodes, catalog, hook_manager)
     with caplog.at_level(logging.INFO, logger="kedro_streaming.queries"):
         hooks.after_pipeline_run({})
@@ -302,10 +315,12 @@ def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark, caplog):
     assert [each.func for each in nodes.nodes] == functions
     # What was checked is what ran: the dry run's columns (call 1), and
     # `copied` as the run built it, on what `first` holds (call 2).
+    # The lookup's table was read once in the run, when the checks built it.
     rows = sorted(
         tuple(row) for row in spark.read.parquet(str(here / "second")).collect()
     )
-    assert rows == [(1, 1, 1, 2), (2, 1, 1, 2)]
+    assert rows == [(1, 1, 1, 2, "one"), (2, 1, 1, 2, "two")]
+    assert lookup_module._run_reads.tables is None  # and is read anew outside a run
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 
 from kedro_streaming._connectors.dataset import SparkStreamingDataset
+from kedro_streaming._nodes.lookup import run_reads_each_table_once
 from kedro_streaming._run.avro_replans import register_avro_values
 from kedro_streaming._run.catalog import (
     catalog_names_by_env,
@@ -137,6 +138,24 @@ class StreamingQueryHooks:
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
     ) -> QuerySupervisor:
         """The run's queries, ready to start once every check passed."""
+        end_reads = run_reads_each_table_once()
+        try:
+            run = self._prepared_run(run_params, pipeline, catalog)
+        except BaseException:
+            end_reads()
+            raise
+        put_back_nodes = run.put_back_nodes
+
+        def put_back() -> None:
+            put_back_nodes()
+            end_reads()
+
+        run.put_back_nodes = put_back
+        return run
+
+    def _prepared_run(
+        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
+    ) -> QuerySupervisor:
         state = StreamState.from_settings(self._settings)
         sinks, plans = self._check(run_params, pipeline, catalog, state)
         for line in fan_out(catalog, pipeline, list(sinks)):
