@@ -203,6 +203,59 @@ def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypat
     assert without_resolution(conf) is conf
 
 
+# A `kedro run`'s start, in a process of its own: the JVM started ahead in
+# the run's command, while Kedro builds its catalog, then the session on it.
+AHEAD_SESSION = """
+import sys, threading, click
+from kedro_streaming._run import session
+session.configure_spark({
+    "spark.master": "local[1]",
+    "spark.ui.enabled": "false",
+    "spark.driver.extraJavaOptions": sys.argv[1],
+})
+for name in ("catalog", "viz", "ipython", None):
+    with click.Context(click.Command(name), info_name=name) if name else open(0):
+        assert not session._running_a_pipeline(), name
+with click.Context(click.Command("run"), info_name="run"):
+    assert session._running_a_pipeline()
+    session.start_jvm_ahead()
+print("AHEAD", [t.name for t in threading.enumerate()].count("spark-jvm-start"))
+try:
+    print("SESSION", session.spark_session().version)
+except Exception as error:
+    print("REFUSED", type(error).__name__, getattr(error, "getCondition", str)())
+"""
+
+
+@pytest.mark.parametrize(
+    ("options", "outcome"),
+    [
+        ("-Xshare:off", f"SESSION {pyspark.__version__}"),
+        # Java refuses the stack size: the session says what starting it would.
+        ("-Xshare:off -Xss1k", "REFUSED PySparkRuntimeError JAVA_GATEWAY_EXITED"),
+    ],
+    ids=["started", "java-refuses"],
+)
+def test_a_run_starts_java_ahead_and_builds_its_session_on_it(
+    tmp_path, options, outcome
+):
+    """`kedro run` starts the JVM as its context is made, and the session
+    builds on it (or says why Java did not start) when the run needs it;
+    other commands start none."""
+    started = subprocess.run(
+        [sys.executable, "-c", AHEAD_SESSION, options],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    said = ("AHEAD", "SESSION", "REFUSED")  # Java's own lines aside
+    lines = [line for line in started.stdout.splitlines() if line.startswith(said)]
+    assert lines[0] == "AHEAD 1"
+    assert lines[1].startswith(outcome), started.stdout + started.stderr
+
+
 def test_spark_classes_archived_at_one_start_are_mapped_by_the_next(tmp_path):
     """The first start records Spark's classes, the next maps them; an archive
     the JVM cannot map is deleted and the session starts without it."""
@@ -321,7 +374,7 @@ print("ARGUMENTS", " ".join(arguments.getInputArguments()))
 
 def test_a_run_in_a_project_s_subfolder_starts_java_with_its_jit_directives(tmp_path):
     """The JIT reads the project's directives file (which it would refuse to
-    start without) from any folder, and says nothing of it on the console."""
+    start without) from any folder, and Java says nothing of it on the console."""
     (tmp_path / "conf/kafka").mkdir(parents=True)
     (tmp_path / "conf/kafka/jit.json").write_text(
         '[{"match": "org/apache/spark/sql/catalyst/expressions/GeneratedClass*.*",'
@@ -343,4 +396,6 @@ def test_a_run_in_a_project_s_subfolder_starts_java_with_its_jit_directives(tmp_
     )
     arguments = started.stdout.split("ARGUMENTS ", 1)[1].split()
     assert f"{DIRECTIVES}{tmp_path}/conf/kafka/jit.json" in arguments
-    assert "compiler directives added" not in started.stdout + started.stderr
+    # Nor of the incubator module that Spark 4 adds at every start.
+    for note in ("compiler directives added", "Using incubator modules"):
+        assert note not in started.stdout + started.stderr

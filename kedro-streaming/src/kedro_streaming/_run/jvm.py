@@ -150,6 +150,12 @@ def start_jvm(conf: dict[str, str]) -> None:
         atexit.register(_keep_class_archive, gateway.proc, recording, archive)
 
 
+def records_class_archive(conf: dict[str, str]) -> bool:
+    """Whether a JVM started now with ``conf`` would record the archive."""
+    archive = class_archive(conf)
+    return archive is not None and not archive.is_file()
+
+
 def class_archive(conf: dict[str, str]) -> Path | None:
     """Where the archive of Spark's classes for this Java and PySpark is, or
     ``None`` where it is not used: ``spark.yml`` decides on class-data sharing
@@ -287,8 +293,9 @@ def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
     spark-submit prints Ivy's report for ``spark.jars.packages`` at every start
     and has no setting against it. The JVM's output goes through threads that
     drop the report once the resolution has succeeded (and show it if not,
-    since it then says why), and the JIT's count of the directives it read
-    (``-XX:CompilerDirectivesFile``); every other line is passed on.
+    since it then says why), the JIT's count of the directives it read
+    (``-XX:CompilerDirectivesFile``) and Java's note on the incubator module
+    Spark uses; every other line is passed on.
     """
     pipes = {target: os.pipe() for target in (1, 2)}
     for target, (read_end, _) in pipes.items():
@@ -319,8 +326,11 @@ def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
     return gateway
 
 
-# HotSpot prints this at every start with a directives file: nothing to act on.
-_DIRECTIVES_READ = re.compile(rb"^\d+ compiler directives added\s*$")
+# What HotSpot prints at every start, with a directives file and with the
+# incubator module Spark 4 adds for its vector code: nothing to act on.
+_JVM_START_NOTES = re.compile(
+    rb"^(\d+ compiler directives added|WARNING: Using incubator modules: [\w.,]+)\s*$"
+)
 
 
 def _forward(read_end: int, target: int) -> None:
@@ -333,7 +343,7 @@ def _forward(read_end: int, target: int) -> None:
                 held.append(line)
                 if _IVY_REPORT_LAST in line:
                     held = []
-            elif not _DIRECTIVES_READ.match(line):
+            elif not _JVM_START_NOTES.match(line):
                 os.write(target, line)
     for line in held:  # the resolution did not finish: its report says why
         os.write(target, line)

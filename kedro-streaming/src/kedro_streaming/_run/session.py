@@ -2,7 +2,9 @@
 
 Kedro commands that only read configuration (``kedro catalog``, ``kedro viz``,
 ``kedro registry``) never start a JVM: the session starts when a pipeline
-runs, or when a dataset of this package first loads or saves.
+runs, or when a dataset of this package first loads or saves. ``kedro run``
+starts its JVM as soon as its configuration is read, while Kedro builds the
+run's catalog and pipelines.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
+import click
 import pyspark
 from kedro.framework import project as kedro_project
 from kedro.framework.context import KedroContext
@@ -20,7 +25,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
 from kedro_streaming._connectors.delta import check_delta_package
-from kedro_streaming._run.jvm import start_jvm, with_project_files
+from kedro_streaming._run.jvm import (
+    records_class_archive,
+    start_jvm,
+    with_project_files,
+)
 from kedro_streaming._run.packages import (
     check_kafka_connector,
     local_scala_version,
@@ -43,6 +52,10 @@ _ui_address: list[str] = []
 _refused: list[StreamingConfigError] = []
 # Named as before 0.7.0: projects' logging.yml may set its level.
 logger = logging.getLogger("kedro_streaming.session")
+# The JVM of a `kedro run`, started while Kedro builds the run's catalog and
+# pipelines (a second of Python, importing pandas among others): the thread
+# that starts it, and what that returned or raised.
+_ahead: list[tuple[threading.Thread, dict[str, Any]]] = []
 
 
 def configure_spark(
@@ -146,12 +159,14 @@ def _start(conf: dict[str, str], remote: str | None) -> SparkSession:
         # PySpark's own switch to Spark Connect: every getOrCreate() in this
         # process (kedro-datasets' included) then returns this session.
         os.environ["SPARK_REMOTE"] = remote
+    elif _ahead:
+        thread, outcome = _ahead.pop()
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        resolved_here = outcome["resolved_here"]
     elif not gateway_started():
-        _set_ui_address(conf)
-        _python_workers_like_this_one(conf)
-        launch = without_resolution(conf)
-        resolved_here = launch is conf
-        start_jvm(launch)
+        resolved_here = _launch_jvm(conf)
     try:
         spark = SparkSession.builder.config(map=conf).getOrCreate()
     except Exception as error:  # Py4J's error: Spark refused a setting
@@ -166,6 +181,47 @@ def _start(conf: dict[str, str], remote: str | None) -> SparkSession:
     if resolved_here:
         remember_resolution(conf, spark.sparkContext.getConf().get("spark.jars", ""))
     return spark
+
+
+def _launch_jvm(conf: dict[str, str]) -> bool:
+    """Starts a local session's JVM; whether spark-submit resolved
+    ``spark.jars.packages`` (rather than taking the jars of an earlier start)."""
+    _set_ui_address(conf)
+    _python_workers_like_this_one(conf)
+    launch = without_resolution(conf)
+    start_jvm(launch)
+    return launch is conf
+
+
+def start_jvm_ahead() -> None:
+    """Starts the JVM of a local session in the background, for the session
+    that ``spark_session`` builds on it later: a pipeline run needs one, and
+    Kedro has its catalog and pipelines to build first. Not when this run
+    records the archive of Spark's classes (a run that fails its checks would
+    then wait for it), nor for Spark Connect."""
+    conf = dict(_settings)
+    if _refused or _ahead or gateway_started() or conf.get("spark.remote"):
+        return
+    if records_class_archive(conf):
+        return
+    outcome: dict[str, Any] = {}
+
+    def launch() -> None:
+        try:
+            outcome["resolved_here"] = _launch_jvm(conf)
+        except BaseException as error:  # raised where the session is built
+            outcome["error"] = error
+
+    thread = threading.Thread(target=launch, name="spark-jvm-start", daemon=True)
+    thread.start()
+    _ahead.append((thread, outcome))
+
+
+def _running_a_pipeline() -> bool:
+    """Whether this process is a ``kedro run`` (Kedro's command, or any
+    named ``run``); ``kedro catalog``, ``viz`` and ``ipython`` start no JVM."""
+    command = click.get_current_context(silent=True)
+    return command is not None and command.info_name == "run"
 
 
 def _quiet_local_logs(spark: SparkSession) -> None:
@@ -252,7 +308,8 @@ def _send_project_code(spark: SparkSession) -> None:
 
 
 class SparkHooks:
-    """Reads ``spark.yml``; the session itself starts with the first pipeline run.
+    """Reads ``spark.yml``; the session itself starts with the first pipeline run
+    (``kedro run`` starts its JVM at once, the session on it when the run begins).
 
     Example:
         ```python
@@ -282,6 +339,8 @@ class SparkHooks:
             )
         except StreamingConfigError as error:
             _refused.append(error)
+        if _running_a_pipeline():
+            start_jvm_ahead()
 
     @hook_impl
     def before_pipeline_run(self) -> None:
