@@ -66,7 +66,7 @@ class StreamingQueryHooks:
         self._config_loader: Any = None
         self._settings: dict[str, Any] = {}
         self._queries = QuerySupervisor()
-        self._end_console: Callable[[bool], None] = _as_it_was
+        self._leave_run: Callable[[bool], None] = _as_it_was
 
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
@@ -85,15 +85,15 @@ class StreamingQueryHooks:
     ) -> None:
         """Fails on a configuration that cannot work, before any query starts."""
         # A run that a second Ctrl-C ended in a node had no end hook.
-        self._restore_console(failed=True)
+        self._leave(failed=True)
         # First: the checks' lines and errors are the run's already.
-        self._end_console = run_console()
+        self._leave_run = _enter_run()
         self._queries = QuerySupervisor()
         try:
             self._queries = self._checked_run(run_params, pipeline, catalog)
         except BaseException:
             # Kedro calls no other hook of a run that fails here.
-            self._restore_console(failed=True)
+            self._leave(failed=True)
             raise
 
     @hook_impl
@@ -128,34 +128,16 @@ class StreamingQueryHooks:
             failed = True  # its error is the run's now: printed at exit
             raise
         finally:
-            self._restore_console(failed)
+            self._leave(failed)
 
-    def _restore_console(self, failed: bool) -> None:
-        self._end_console(failed)
-        self._end_console = _as_it_was
+    def _leave(self, failed: bool) -> None:
+        self._leave_run(failed)
+        self._leave_run = _as_it_was
 
     def _checked_run(
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
     ) -> QuerySupervisor:
         """The run's queries, ready to start once every check passed."""
-        end_reads = run_reads_each_table_once()
-        try:
-            run = self._prepared_run(run_params, pipeline, catalog)
-        except BaseException:
-            end_reads()
-            raise
-        put_back_nodes = run.put_back_nodes
-
-        def put_back() -> None:
-            put_back_nodes()
-            end_reads()
-
-        run.put_back_nodes = put_back
-        return run
-
-    def _prepared_run(
-        self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
-    ) -> QuerySupervisor:
         state = StreamState.from_settings(self._settings)
         sinks, plans = self._check(run_params, pipeline, catalog, state)
         for line in fan_out(catalog, pipeline, list(sinks)):
@@ -227,6 +209,19 @@ class StreamingQueryHooks:
             len(sinks),
         )
         return sinks, plans
+
+
+def _enter_run() -> Callable[[bool], None]:
+    """What a run changes while it runs: the console, and each table that a
+    ``Lookup`` reads, read once. Returns what puts both back."""
+    end_console = run_console()
+    end_reads = run_reads_each_table_once()
+
+    def leave(failed: bool) -> None:
+        end_reads()
+        end_console(failed)
+
+    return leave
 
 
 def _as_it_was(failed: bool) -> None:
