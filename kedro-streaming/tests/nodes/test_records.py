@@ -74,6 +74,45 @@ def test_json_lines_are_typed_and_each_problem_named_per_field(spark):
     ]
 
 
+def test_a_json_line_is_decoded_once_in_one_step_of_the_plan(spark, tmp_path):
+    """from_json has no generated code of its own (a CodegenFallback), so each
+    step of the plan holding it runs outside whole-stage code generation and
+    writes out every row it makes: one such step, in which the typed decode is
+    computed once per row (one of Spark's common subexpressions of the step),
+    and the decode as text only for a record that does not fit."""
+    # A file, not local rows, which Spark would evaluate while planning.
+    (tmp_path / "readings.json").write_text(json.dumps({"device": "d1"}) + "\n")
+    parsed = parse_records(spark.read.text(str(tmp_path)), READING)
+    executed = parsed._jdf.queryExecution().executedPlan()
+
+    steps, todo = [], [executed]
+    while todo:
+        step = todo.pop()
+        children = step.children()
+        todo += [children.apply(i) for i in range(children.size())]
+        text = step.expressions().toString()
+        if "from_json(" in text:
+            steps.append((step, text))
+    ((step, text),) = steps
+    assert step.nodeName() == "Project"
+    common = spark._jvm.org.apache.spark.sql.catalyst.expressions.EquivalentExpressions(
+        False
+    )
+    groups = getattr(common, "addExprTree$default$2")()  # Scala's default argument
+    for i in range(step.expressions().size()):
+        common.addExprTree(step.expressions().apply(i), groups)
+    found = common.getCommonSubexpressions()
+    (typed,) = [
+        found.apply(i).toString()
+        for i in range(found.size())
+        if found.apply(i).prettyName() == "from_json"
+    ]
+    assert "DoubleType" in typed
+    rest = text.replace(typed, "")
+    assert rest.count("from_json(") == rest.count("THEN from_json(") == 1
+    assert [(row.device, row.problems) for row in parsed.collect()] == [("d1", None)]
+
+
 def test_a_schema_that_does_not_fit_names_the_field_in_every_record(spark):
     """`temperature_c INT` for readings like 21.5: each record is quarantined
     for that field, not as "not a valid record"; whole numbers still fit."""
