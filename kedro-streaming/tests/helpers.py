@@ -24,6 +24,16 @@ def sink(name: str, **save_args) -> dict:
     }
 
 
+def sink_in(folder, name: str) -> dict:
+    """A parquet sink and its checkpoint in ``folder`` (absolute: Spark's
+    relative paths start where it started)."""
+    return {
+        **sink(name),
+        "filepath": str(folder / name),
+        "save_args": {"checkpoint": str(folder / "checkpoints" / name)},
+    }
+
+
 def kafka(**load_args) -> dict:
     return {"type": DATASET, "file_format": "kafka", "load_args": load_args}
 

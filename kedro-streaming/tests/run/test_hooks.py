@@ -36,7 +36,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
 from rich.logging import RichHandler
 
-from tests.helpers import DATASET, SOURCE, kafka, registered, sink, streaming_hooks
+from tests.helpers import (
+    DATASET,
+    SOURCE,
+    kafka,
+    registered,
+    sink,
+    sink_in,
+    streaming_hooks,
+)
 
 # One bad configuration each: the catalog, then what the message must say.
 BAD_CONFIGURATIONS = {
@@ -223,14 +231,7 @@ def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
                 "filepath": str(here / "in"),
                 "load_args": {"schema": "id INT, at TIMESTAMP"},
             },
-            **{
-                name: {
-                    **sink(name),
-                    "filepath": str(here / name),
-                    "save_args": {"checkpoint": str(here / "checkpoints" / name)},
-                }
-                for name in ("first", "second")
-            },
+            **{name: sink_in(here, name) for name in ("first", "second")},
         },
     )
     catalog["params:delay"] = "10 minuets"
@@ -263,14 +264,7 @@ def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark, caplog):
     catalog = DataCatalog.from_config(
         {
             "in": {**SOURCE, "filepath": str(here / "in")},
-            **{
-                name: {
-                    **sink(name),
-                    "filepath": str(here / name),
-                    "save_args": {"checkpoint": str(here / "checkpoints" / name)},
-                }
-                for name in ("first", "second")
-            },
+            **{name: sink_in(here, name) for name in ("first", "second")},
         },
     )
     calls = Counter()

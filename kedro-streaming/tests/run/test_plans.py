@@ -6,7 +6,7 @@ from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 from kedro_streaming._run.plans import build_plans
 
-from tests.helpers import SOURCE, sink
+from tests.helpers import SOURCE, sink_in
 
 # Every kind of column a sink's stand-in must copy, and names that need quoting.
 WIDE = (
@@ -30,14 +30,7 @@ def test_a_sink_read_before_it_has_history_is_a_stream_with_its_columns(spark):
     catalog = DataCatalog.from_config(
         {
             "in": {**SOURCE, "filepath": str(here / "in")},
-            **{
-                name: {
-                    **sink(name),
-                    "filepath": str(here / name),
-                    "save_args": {"checkpoint": str(here / "checkpoints" / name)},
-                }
-                for name in ("wide", "copy")
-            },
+            **{name: sink_in(here, name) for name in ("wide", "copy")},
         }
     )
     given = []
