@@ -130,7 +130,7 @@ def unwatermarked_join_note(frame: Any) -> str | None:
     plan = jframe.queryExecution().analyzed()
     joins = jvm_of(frame.sparkSession).org.apache.spark.sql.catalyst.trees.TreePattern
     if not plan.containsPattern(joins.JOIN()):
-        return None  # no join: no plan text to print (transform_with_state_modes)
+        return None  # no join, no note: the plan's text is not printed for nothing
     lines = [
         (len(m[1]) // 3, m[2])
         for m in map(_TREE_LINE.match, plan.toString().splitlines())
