@@ -9,6 +9,7 @@ answers ``None`` and the caller leaves the check to the server.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import pyspark
@@ -28,6 +29,17 @@ def jvm_of(spark: Any) -> Any | None:
 def java_frame(frame: Any) -> Any | None:
     """The JVM Dataset behind a DataFrame; ``None`` over Spark Connect."""
     return getattr(frame, "_jdf", None)
+
+
+def plan_nodes(plan: Any) -> Iterator[Any]:
+    """Each node of a JVM plan (logical or physical), parents first, children
+    left to right."""
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        yield node
+        children = node.children()
+        stack += [children.apply(i) for i in reversed(range(children.size()))]
 
 
 def java_query(query: Any) -> Any | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from kedro_streaming._connectors.files import source_position
 from kedro_streaming._run.progress import ProgressLog
+from kedro_streaming._spark import plan_nodes
 
 # The hooks' lines: projects' logging.yml may set this logger's level.
 logger = logging.getLogger("kedro_streaming.queries")
@@ -68,11 +69,8 @@ def observed_metrics(frame: Any) -> set[tuple[str, int]]:
     jdf = getattr(frame, "_jdf", None)
     if jdf is None:
         return set()
-    found, stack = set(), [jdf.queryExecution().logical()]
-    while stack:
-        node = stack.pop()
-        children = node.children()
-        stack.extend(children.apply(i) for i in range(children.size()))
-        if node.nodeName() == "CollectMetrics":
-            found.add((node.name(), node.dataframeId()))
-    return found
+    return {
+        (node.name(), node.dataframeId())
+        for node in plan_nodes(jdf.queryExecution().logical())
+        if node.nodeName() == "CollectMetrics"
+    }

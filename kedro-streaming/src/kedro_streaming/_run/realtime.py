@@ -18,7 +18,7 @@ from kedro_streaming._connectors.kafka_checks import (
     BATCH_SIZE_OPTIONS,
     source_tasks,
 )
-from kedro_streaming._spark import java_frame, jvm_of
+from kedro_streaming._spark import java_frame, jvm_of, plan_nodes
 from kedro_streaming.errors import StreamingConfigError
 
 # The first Spark with Real-Time Mode, and the first whose Real-Time Mode runs
@@ -252,16 +252,15 @@ def real_time_plan_problem(frame: Any, spark_version: str) -> str | None:
     jdf = java_frame(frame)
     if jdf is None:
         return None
-    refused, stack = set(), [jdf.queryExecution().analyzed()]
-    while stack:
-        node = stack.pop()
-        children = node.children()
-        kids = [children.apply(i) for i in range(children.size())]
-        stack.extend(kids)
+    refused = set()
+    for node in plan_nodes(jdf.queryExecution().analyzed()):
         name = node.nodeName()
         if name not in _STATEFUL_NODES or not node.isStreaming():
             continue
-        if name == "Join" and not all(kid.isStreaming() for kid in kids):
+        kids = node.children()
+        if name == "Join" and not all(
+            kids.apply(i).isStreaming() for i in range(kids.size())
+        ):
             continue
         since = _STATEFUL_NODES[name]
         if since is None or spark_tuple(spark_version) < since:

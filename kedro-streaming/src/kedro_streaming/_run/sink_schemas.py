@@ -27,7 +27,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructT
 from pyspark.sql.utils import AnalysisException
 
 from kedro_streaming._connectors.files import SELF_DESCRIBING_FORMATS
-from kedro_streaming._spark import java_frame, jvm_of
+from kedro_streaming._spark import java_frame, jvm_of, plan_nodes
 
 DELTA_FORMAT = "delta"
 # Spark's physical operators that keep state, by class name.
@@ -312,21 +312,6 @@ def planned_state_schemas(
         )
         return StructType.fromJson(json.loads(json_text))
 
-    def visit(node, writer) -> None:
-        name = node.getClass().getSimpleName()
-        if writer.isInstance(node):
-            keys = values = None
-            if name in _STATEFUL_OPERATORS:
-                keys = schema(node.keyExpressions())
-            if name in ("StateStoreSaveExec", "SessionWindowStateStoreSaveExec"):
-                key_names = {f.name for f in keys} if keys else set()
-                child = schema(node.child().output())
-                values = StructType([f for f in child if f.name not in key_names])
-            found.append((_KINDS.get(name, name), keys, values))
-        children = node.children()
-        for index in range(children.size()):
-            visit(children.apply(index), writer)
-
     # A streaming Dataset's own executedPlan is refused outside a started
     # query; explain() plans it as a micro-batch would (Spark 4.2's method,
     # public to the JVM). Without it, or if the plan fails to build (the
@@ -338,7 +323,18 @@ def planned_state_schemas(
         return None
     if writer is None:
         return None
-    visit(plan, writer)
+    for node in plan_nodes(plan):
+        if not writer.isInstance(node):
+            continue
+        name = node.getClass().getSimpleName()
+        keys = values = None
+        if name in _STATEFUL_OPERATORS:
+            keys = schema(node.keyExpressions())
+        if name in ("StateStoreSaveExec", "SessionWindowStateStoreSaveExec"):
+            key_names = {f.name for f in keys} if keys else set()
+            child = schema(node.child().output())
+            values = StructType([f for f in child if f.name not in key_names])
+        found.append((_KINDS.get(name, name), keys, values))
     return found
 
 

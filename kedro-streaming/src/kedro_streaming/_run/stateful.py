@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Iterator
 from typing import Any
 
-from kedro_streaming._spark import java_frame, jvm_of
+from kedro_streaming._spark import java_frame, jvm_of, plan_nodes
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
@@ -34,7 +33,7 @@ def transform_with_state_modes(frame: Any) -> list[str]:
     if jframe is None:
         return []
     modes = []
-    for node in _plan_nodes(jframe.queryExecution().analyzed()):
+    for node in plan_nodes(jframe.queryExecution().analyzed()):
         # The node's own line only: the whole plan's text costs 0.05 to
         # 0.15 s on a fresh JVM, and most plans have no such node.
         if not node.nodeName().startswith("TransformWithState"):
@@ -49,16 +48,6 @@ def transform_with_state_modes(frame: Any) -> list[str]:
 
 # How many fields of an operator's line to print: all of them.
 _FIELDS = 1000
-
-
-def _plan_nodes(plan: Any) -> Iterator[Any]:
-    """Each node of a JVM plan, parents first."""
-    stack = [plan]
-    while stack:
-        node = stack.pop()
-        yield node
-        children = node.children()
-        stack += [children.apply(i) for i in reversed(range(children.size()))]
 
 
 def transform_with_state_problem(
@@ -202,7 +191,7 @@ def redefined_watermark_problem(spark: Any, frame: Any) -> str | None:
     jframe = java_frame(frame)
     if jframe is None or spark.conf.get(_MULTIPLE, "true").strip().lower() != "true":
         return None
-    for node in _plan_nodes(jframe.queryExecution().analyzed()):
+    for node in plan_nodes(jframe.queryExecution().analyzed()):
         if node.nodeName() == "EventTimeWatermark":
             output = node.child().output()
             marked = [
