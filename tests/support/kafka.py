@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import fastavro
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from reference import (
     check,
     decode,
@@ -150,16 +150,38 @@ def avro_values(registry, records) -> list[tuple[int, dict]]:
     return values
 
 
-def read_topics(servers: str, topics: list[str]) -> list:
+def read_topics(servers: str, topics: list[str], timeout: float = 60) -> list:
+    """Every message on ``topics`` up to each partition's end offset when
+    called; a topic not created yet reads as empty. Reading to the end offsets,
+    not until the consumer is quiet for a while, keeps a slow broker or a busy
+    machine from returning too few."""
     consumer = KafkaConsumer(
-        *topics,
         bootstrap_servers=servers,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        consumer_timeout_ms=1500,
     )
     try:
-        return list(consumer)
+        existing = consumer.topics()  # asks the broker, not a cached view
+        partitions = [
+            TopicPartition(topic, partition)
+            for topic in topics
+            if topic in existing
+            for partition in sorted(consumer.partitions_for_topic(topic))
+        ]
+        if not partitions:
+            return []
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(partitions)
+        records, deadline = [], time.monotonic() + timeout
+        while any(consumer.position(p) < ends[p] for p in partitions):
+            assert time.monotonic() < deadline, (
+                f"{len(records)} messages read from {topics} in {timeout} s; "
+                f"end offsets {ends}"
+            )
+            for batch in consumer.poll(timeout_ms=500).values():
+                records += batch
+        return records
     finally:
         consumer.close()
 
