@@ -11,7 +11,10 @@ round after round, on the same data and with the same PySpark and spark.yml:
 
 With ``--compare delta``, the pairs are the project's parquet tables
 (``kedro run``) and its Delta environment (``kedro run --env delta``) instead.
-With ``--compare declarative``, ``declarative.py`` (its work as SDP) replaces the script.
+With ``--compare declarative``, ``declarative.py`` (its work as SDP) replaces the script;
+with ``--compare plan``, ``handwritten.py --plan project``: the project's own
+nodes and rules started by hand, so the ratio is what `kedro run` adds to the
+same plan.
 
 The project's first run records the archive of Spark's classes that later
 runs map (class-data sharing): when there is none yet, one ``kedro run`` of
@@ -26,7 +29,8 @@ example under ``spark_instruments.py``: each query's planning, phase by phase
 and rule by rule, and the code generated and compiled.
 
     python benchmarks/batch.py [--rows 1000000] [--files 20] [--rounds 2]
-                               [--compare handwritten|delta|declarative] [--share-classes]
+                               [--compare handwritten|plan|delta|declarative]
+                               [--share-classes]
 """
 
 from __future__ import annotations
@@ -69,11 +73,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=("handwritten", "delta", "declarative"),
+        choices=("handwritten", "plan", "delta", "declarative"),
         default="handwritten",
         help="what `kedro run` is compared with: the hand-written script "
-        "(default), the same project with --env delta, or the script's work "
-        "as a Spark Declarative Pipeline",
+        "(default), the project's own plan started by hand, the same project "
+        "with --env delta, or the script's work as a Spark Declarative Pipeline",
     )
     parser.add_argument(
         "--warm-up",
@@ -98,7 +102,6 @@ def main() -> None:
 
     project, python = bench_project(args.workdir)
     fill_landing(project, python, args.rows, args.files, args.zones)
-    script = [python, HERE / "handwritten.py", project, args.workdir / "handwritten"]
     kedro = [python.parent / "kedro", "run"]
     archive = class_archive(project, python)
     if archive and not archive.exists():
@@ -106,10 +109,7 @@ def main() -> None:
             kedro + ["--pipeline", "ingest", *BOUNDED], project, args.workdir
         )
         print(f"first run (records {archive.name}): kedro ingest {seconds:.1f} s")
-    if args.share_classes:
-        if not archive or not archive.exists():
-            sys.exit("The project's runs use no class archive here.")
-        script += ["--class-archive", archive]
+    script = handwritten_command(args, project, python, archive)
     pairs = {
         "example": (script + ["--stage", "all"], kedro + BOUNDED),
         "ingest": (
@@ -117,7 +117,7 @@ def main() -> None:
             kedro + ["--pipeline", "ingest", *BOUNDED],
         ),
     }
-    names = ("hand-written", "kedro")
+    names = ("plan by hand" if args.compare == "plan" else "hand-written", "kedro")
     if args.compare == "delta":
         delta = [*kedro, "--env", "delta"]
         pairs = {
@@ -286,6 +286,21 @@ def fill_landing(
         stamp.touch()
     if zones:
         shutil.copyfile(zones, project / "data/01_raw/taxi_zone_lookup.csv")
+
+
+def handwritten_command(
+    args: argparse.Namespace, project: Path, python: Path, archive: Path | None
+) -> list:
+    """handwritten.py's command line: its plan, and the project's class
+    archive when it is shared."""
+    script = [python, HERE / "handwritten.py", project, args.workdir / "handwritten"]
+    if args.share_classes:
+        if not archive or not archive.exists():
+            sys.exit("The project's runs use no class archive here.")
+        script += ["--class-archive", archive]
+    if args.compare == "plan":
+        script += ["--plan", "project"]
+    return script
 
 
 def timed(command: list, project: Path, workdir: Path) -> tuple[float, str]:
