@@ -21,8 +21,6 @@ start and no progress log: what `kedro run` adds to its own plan.
 from __future__ import annotations
 
 import argparse
-import importlib
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -87,18 +85,11 @@ class ProjectPlan:
     """The project's own nodes and declared parameters, called by hand."""
 
     def __init__(self, project: Path) -> None:
-        from kedro.config import OmegaConfigLoader
+        from project_code import config_loader, node_modules
 
-        package = next((project / "src").glob("*/pipelines")).parent.name
-        sys.path.insert(0, str(project / "src"))
-        self.nodes: dict[str, ModuleType] = {
-            name: importlib.import_module(f"{package}.pipelines.{name}.nodes")
-            for name in ("ingest", "aggregate")
-        }
-        # Resolved as Kedro's loader does (its ${globals:...} among them).
-        loader = OmegaConfigLoader(
-            str(project / "conf"), base_env="base", default_run_env="local"
-        )
+        ingest, aggregate = node_modules(project, "ingest", "aggregate")
+        self.nodes: dict[str, ModuleType] = {"ingest": ingest, "aggregate": aggregate}
+        loader = config_loader(project)
         self.parameters = loader["parameters"]
         self.per_trigger = int(loader["globals"]["max_bytes_per_trigger"])
 

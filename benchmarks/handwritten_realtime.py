@@ -17,15 +17,13 @@ runs it in place of ``kedro run``, measured the same way.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import signal
-import sys
 import threading
 from pathlib import Path
 
 import yaml
-from kedro.config import OmegaConfigLoader
+from project_code import config_loader, node_modules
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -53,14 +51,8 @@ def main() -> None:
         "--progress", type=Path, required=True, help="where the batches' progress goes"
     )
     args = parser.parse_args()
-    package = next((args.project / "src").glob("*/pipelines")).parent.name
-    sys.path.insert(0, str(args.project / "src"))
-    ingest = importlib.import_module(f"{package}.pipelines.ingest.nodes")
-    realtime = importlib.import_module(f"{package}.pipelines.realtime.nodes")
-    # The declared rules, their ${...} resolved as Kedro's loader does.
-    parameters = OmegaConfigLoader(
-        str(args.project / "conf"), base_env="base", default_run_env=args.env
-    )["parameters"]
+    ingest, realtime = node_modules(args.project, "ingest", "realtime")
+    parameters = config_loader(args.project, args.env)["parameters"]
     rules = parameters["trip_expectations"]
     valid, rejected = args.topics.split(",")
 
