@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from types import ModuleType
 
 import yaml
+from project_code import config_loader, node_modules
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -85,10 +85,9 @@ class ProjectPlan:
     """The project's own nodes and declared parameters, called by hand."""
 
     def __init__(self, project: Path) -> None:
-        from project_code import config_loader, node_modules
-
-        ingest, aggregate = node_modules(project, "ingest", "aggregate")
-        self.nodes: dict[str, ModuleType] = {"ingest": ingest, "aggregate": aggregate}
+        self.ingest_nodes, self.aggregate_nodes = node_modules(
+            project, "ingest", "aggregate"
+        )
         loader = config_loader(project)
         self.parameters = loader["parameters"]
         self.per_trigger = int(loader["globals"]["max_bytes_per_trigger"])
@@ -96,7 +95,7 @@ class ProjectPlan:
     def ingest(
         self, spark: SparkSession, landing: str, zones_csv: str, out: Path
     ) -> int:
-        nodes = self.nodes["ingest"]
+        nodes = self.ingest_nodes
         raw = (
             spark.readStream.format("text")
             .option("maxBytesPerTrigger", self.per_trigger)
@@ -110,7 +109,7 @@ class ProjectPlan:
         return sum(p["numInputRows"] for p in query.recentProgress)
 
     def aggregate(self, spark: SparkSession, zones_csv: str, out: Path) -> int:
-        nodes = self.nodes["aggregate"]
+        nodes = self.aggregate_nodes
         bronze_path = str(out / "bronze")
         # As the project's dataset reads a sink: the schema of its committed files.
         bronze = (
