@@ -6,24 +6,26 @@ round after round, runs ``kedro run --env <bench env> --pipelines realtime``
 twice on fresh topics and checkpoints: once as shipped (the sink's
 ``realTime`` trigger, its checkpoint interval as shipped unless
 ``--checkpoint-interval``), once with the same sink in micro-batches
-(``processingTime: 0 seconds``, a batch as soon as the last one ends). Kafka's
-own load generator (``ProducerPerformance``) sends TLC-shaped trips at
-``--rate`` for ``--seconds``; a consumer in this process reads both output
-topics as they come. For each output message, the latency is the time it was
-read minus its input message's Kafka timestamp (``kafka_timestamp``, set by
-the producer); Spark's own share is the output message's Kafka timestamp
-(set by Spark's producer) minus the same. Each run's figures are reported
-by phase (``latency.py``): the first 10 s and the first minute after the run
-says its query started, each checkpoint's neighbourhood, and the steady
-state; then Spark's pause at each checkpoint, from its jobs (the Spark UI's
-REST API) and its progress. The
+(``processingTime: 0 seconds``, a batch as soon as the last one ends), after
+one run of ``--warm-up`` seconds that is not reported (the broker, started
+here, compiles its request paths then). librdkafka's producer
+(confluent-kafka, in a process of its own, paced in Python; ``--producer
+java``: Kafka's own load generator, a JVM starting beside the query) sends
+TLC-shaped trips at ``--rate`` for ``--seconds``; a consumer in this process
+reads both output topics as they come. For each output message, the latency
+is the time it was read minus its input message's Kafka timestamp
+(``kafka_timestamp``, set by the producer); Spark's own share is the output
+message's Kafka timestamp (set by Spark's producer) minus the same. Each
+run's figures are reported by phase (``latency.py``): the first 10 s and the
+first minute after the run says its query started, each checkpoint's
+neighbourhood, and the steady state; then Spark's pause at each checkpoint,
+from its jobs (the Spark UI's REST API) and its progress. The
 latencies of every message are kept in ``<workdir>/realtime-*.latencies.csv``.
 
 With ``--formats json,avro``, each mode runs once per format: Avro in and
 out (the trips framed for the local Apicurio Registry, the project's
 ``trips_avro`` and ``messages_avro`` options), against JSON, on the same
-producer: librdkafka's (confluent-kafka) in a process of its own, paced at
-``--rate``, since Kafka's load generator sends text lines only.
+producer (librdkafka's: Kafka's load generator sends text lines only).
 
     python benchmarks/realtime_latency.py [--rate 5000] [--seconds 300] [--rounds 1]
     python benchmarks/realtime_latency.py --formats json,avro --modes "Real-Time Mode"
@@ -88,8 +90,17 @@ def main() -> None:
     parser.add_argument(
         "--producer",
         choices=("java", "python"),
-        help="Kafka's load generator (java; JSON only, the default for it) or "
-        "librdkafka's, paced in Python (the default with avro)",
+        default="python",
+        help="librdkafka's, paced in Python (the default), or Kafka's load "
+        "generator (java; JSON only: a JVM of its own, starting with the query)",
+    )
+    parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=30,
+        metavar="SECONDS",
+        help="first, one run this long, not reported: the broker, started for "
+        "the benchmark, compiles its request paths then, not in round 1 (0: none)",
     )
     parser.add_argument(
         "--run",
@@ -109,6 +120,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
+    )
+    parser.add_argument(
+        "--params",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a runtime parameter of `kedro run` (repeatable), e.g. "
+        "realtime_planner_warm_up=50",
     )
     parser.add_argument(
         "--spark-conf",
@@ -135,8 +154,16 @@ def main() -> None:
     try:
         if "avro" in formats:
             args.registry_url = start_registry(python, project)
-        args.producer = args.producer or ("python" if "avro" in formats else "java")
         classpath = perf_classpath(python, project)
+        if args.warm_up:
+            # A broker that runs for days has its request paths compiled; one
+            # started a moment ago compiles them on the query's two cores.
+            warm_up = argparse.Namespace(**{**vars(args), "seconds": args.warm_up})
+            mode = args.modes.split(",")[0]
+            measure(
+                warm_up, project, python, classpath, payloads, mode=mode, fmt=formats[0]
+            )
+            print(f"warm-up: one {args.warm_up} s run, not reported", flush=True)
         for number in range(1, args.rounds + 1):
             for mode in args.modes.split(","):
                 for fmt in formats:
@@ -218,7 +245,7 @@ def measure(  # noqa: PLR0914 (one run, top to bottom)
             ("spark_ui_port", ui_port),
         )
         if value
-    ]
+    ] + args.params
     log_path = args.workdir / f"realtime-{suffix}.log"
     # `kedro run` with Spark's instruments read inside it (spark_instruments.py).
     instruments_path = args.workdir / f"realtime-{suffix}.instruments.json"
