@@ -51,7 +51,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from avro_ingest import avro_frames, start_registry
+from avro_ingest import start_registry
 from batch import bench_project, kafka_spark_yml
 from breakdown import long_jobs, pause_lines, pauses, stage_launches
 from kafka_rate import perf_classpath
@@ -60,10 +60,10 @@ from latency import (
     quantile,
     spark_jobs,
 )
+from producers import SERVERS, framed_payloads, produce, produce_paced
 from trips import trips
 
 PARTITIONS = 2  # at most Spark's cores (local[2]): Real-Time Mode holds one each
-SERVERS = "localhost:9092"
 MICRO_BATCH = "processingTime: 0 seconds"
 
 
@@ -138,6 +138,8 @@ def main() -> None:
         "spark.sql.codegen.wholeStage=false",
     )
     args = parser.parse_args()
+    if args.params and args.run == "handwritten":
+        parser.error("--params are `kedro run`'s: the script by hand takes none")
     if args.producer == "java" and "avro" in args.formats.split(","):
         parser.error("Kafka's load generator sends text lines only: --producer python")
 
@@ -387,62 +389,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def framed_payloads(
-    python: Path, project: Path, lines_file: Path, topic: str, registry_url
-) -> Path:
-    """The payloads for the Python producer, each 4-byte length-prefixed: the
-    JSON lines, or each as Avro framed for ``topic``'s subject (schema
-    version 1 of the project's ``tools.trips``)."""
-    lines = lines_file.read_text().splitlines()
-    if registry_url:
-        values = avro_frames(
-            python, project, lines_file, f"{topic}-value", registry_url
-        )
-    else:
-        values = [line.encode() for line in lines]
-    path = lines_file.with_suffix(".framed")
-    path.write_bytes(b"".join(len(v).to_bytes(4, "big") + v for v in values))
-    return path
-
-
-# A producer process of its own, so that the consumer thread here does not
-# slow it down: librdkafka sends, Python only paces.
-PACED_PRODUCER = """
-import sys, time
-from confluent_kafka import Producer
-servers, topic, path, count, rate = sys.argv[1:4] + [int(a) for a in sys.argv[4:6]]
-data, payloads, at = open(path, "rb").read(), [], 0
-while at < len(data):
-    size = int.from_bytes(data[at:at + 4], "big")
-    payloads.append(data[at + 4:at + 4 + size])
-    at += 4 + size
-producer = Producer({"bootstrap.servers": servers, "acks": "1", "linger.ms": 0})
-# Every millisecond, what is due by then: a wake-up per message would cost
-# this process more of the two cores than the producing itself.
-start, sent = time.monotonic(), 0
-while sent < count:
-    due = min(count, int((time.monotonic() - start) * rate) + 1)
-    while sent < due:
-        try:
-            producer.produce(topic, payloads[sent % len(payloads)])
-            sent += 1
-        except BufferError:
-            producer.poll(0.01)
-    producer.poll(0)
-    time.sleep(0.001)
-producer.flush()
-"""
-
-
-def produce_paced(topic: str, payloads: Path, count: int, rate: int) -> None:
-    """librdkafka's producer (confluent-kafka), paced at ``rate``."""
-    subprocess.run(
-        [sys.executable, "-c", PACED_PRODUCER, SERVERS, topic, str(payloads)]
-        + [str(count), str(rate)],
-        check=True,
-    )
-
-
 def avro_timestamps(registry_url: str, values: list[bytes]) -> list[float]:
     """Each output message's ``kafka_timestamp`` (its input's), decoded from
     Avro with fastavro, as epoch seconds."""
@@ -462,27 +408,6 @@ def avro_timestamps(registry_url: str, values: list[bytes]) -> list[float]:
         record = fastavro.schemaless_reader(io.BytesIO(value[5:]), readers[schema_id])
         stamps.append(record["kafka_timestamp"].timestamp())
     return stamps
-
-
-def produce(classpath: str, topic: str, payloads: Path, count: int, rate: int) -> None:
-    """Kafka's own load generator (Java), paced at ``rate``: a Python producer
-    on these two cores would fall behind and its queue count as latency."""
-    subprocess.run(
-        [
-            "java",
-            "-cp",
-            classpath,
-            "org.apache.kafka.tools.ProducerPerformance",
-            *("--topic", topic, "--num-records", str(count)),
-            *("--throughput", str(rate), "--payload-file", str(payloads)),
-            "--producer-props",
-            f"bootstrap.servers={SERVERS}",
-            "acks=1",
-            "linger.ms=0",
-        ],
-        check=True,
-        capture_output=True,
-    )
 
 
 def epoch(timestamp: str) -> float:
