@@ -8,9 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from avro_ingest import avro_frames
-
-SERVERS = "localhost:9092"
+from avro_ingest import SERVERS, avro_frames
 
 
 def framed_payloads(
@@ -70,8 +68,8 @@ def produce_paced(topic: str, payloads: Path, count: int, rate: int) -> None:
 
 
 def produce(classpath: str, topic: str, payloads: Path, count: int, rate: int) -> None:
-    """Kafka's own load generator (Java), paced at ``rate``: a Python producer
-    on these two cores would fall behind and its queue count as latency."""
+    """Kafka's own load generator (Java), paced at ``rate`` (``--producer
+    java``): a JVM of its own, compiling as the query starts beside it."""
     subprocess.run(
         [
             "java",
