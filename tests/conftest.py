@@ -48,6 +48,7 @@ from support.common import (  # noqa: E402
 )
 from support.project import (  # noqa: E402
     PREFETCHES,
+    USER_FOLDER,
     generate_away,
     generate_project,
     install_project,
@@ -236,7 +237,7 @@ def connect_server(generated_project, project_bin, tmp_path_factory):
 @pytest.fixture
 def fresh_project(generated_project, tmp_path) -> Path:
     """A copy of the generated project with no run behind it."""
-    copy = tmp_path / generated_project.name
+    copy = tmp_path / USER_FOLDER / generated_project.name
     shutil.copytree(generated_project, copy)  # keeps file times, so file order
     return copy
 
@@ -272,7 +273,9 @@ def sensor_project(tmp_path_factory, project_bin) -> Path:
 
     def make(folder: Path) -> Path:
         # Once per session: its editable install is the shared venv's.
-        project = generate_project(folder, project_name="Sensor Lab", example="none")
+        home = folder / USER_FOLDER
+        home.mkdir(parents=True)
+        project = generate_project(home, project_name="Sensor Lab", example="none")
         pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
         run([*pip, "-e", project], cwd=project, timeout=300)
         return project

@@ -57,9 +57,16 @@ def generate_away(workdir: Path) -> Path:
     (workdir / "made").mkdir()
     made = generate_project(workdir / "made", clone)
     shutil.rmtree(clone)
-    moved = workdir / "moved" / made.name
+    moved = workdir / USER_FOLDER / made.name
+    moved.parent.mkdir(parents=True)
     shutil.move(made, moved)
     return moved
+
+
+# Where laptops keep projects: a space and non-ASCII letters in the path
+# (issue 67), so every file the runtime writes or hands to the JVM is tested
+# there. The session's project and every copy a test runs live under it.
+USER_FOLDER = Path("My Streams") / "Données été"
 
 
 def _not_in_a_clone(folder: str, names: list[str]) -> list[str]:

@@ -258,9 +258,11 @@ def test_a_run_starts_java_ahead_and_builds_its_session_on_it(
 
 def test_spark_classes_archived_at_one_start_are_mapped_by_the_next(tmp_path):
     """The first start records Spark's classes, the next maps them; an archive
-    the JVM cannot map is deleted and the session starts without it."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    archives = tmp_path / "cache" / "spark-class-archives"
+    the JVM cannot map is deleted and the session starts without it. The cache
+    is where macOS keeps one, a space in its path."""
+    cache = tmp_path / "Application Support" / "Caches"
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    archives = cache / "spark-class-archives"
 
     def start(java_options: str = "") -> None:
         subprocess.run(
@@ -339,8 +341,16 @@ UNLOCK = "-XX:+UnlockDiagnosticVMOptions"
         (f"{UNLOCK} {DIRECTIVES}conf/none.json", "which is not there"),
         (f"{DIRECTIVES}conf/jit.json", "put that option before it"),
         (f"{DIRECTIVES}conf/jit.json {UNLOCK}", "put that option before it"),
+        (f"-Dname='a b' {UNLOCK} {DIRECTIVES}conf/jit.json", None),
     ],
-    ids=["relative", "absolute", "missing", "not unlocked", "unlocked after"],
+    ids=[
+        "relative",
+        "absolute",
+        "missing",
+        "not unlocked",
+        "unlocked after",
+        "a quoted option kept",
+    ],
 )
 def test_the_jit_directives_file_is_the_project_s_or_refused_before_java(
     tmp_path, options, error
@@ -353,11 +363,13 @@ def test_the_jit_directives_file_is_the_project_s_or_refused_before_java(
         with pytest.raises(StreamingConfigError, match=error):
             jvm.with_project_files(conf, tmp_path)
     else:
-        resolved = jvm.with_project_files(conf, tmp_path)[key]
-        assert resolved.endswith(f"{UNLOCK} {DIRECTIVES}{tmp_path}/conf/jit.json")
+        resolved = jvm.java_options(jvm.with_project_files(conf, tmp_path)[key])
+        assert resolved[-2:] == [UNLOCK, f"{DIRECTIVES}{tmp_path}/conf/jit.json"]
+        assert "-Dname=a b" in resolved or "-Dname" not in options
 
 
 DIRECTIVES_SESSION = """
+import json
 import sys
 from pathlib import Path
 from kedro_streaming._run.session import configure_spark, spark_session
@@ -368,13 +380,15 @@ configure_spark(
 )
 jvm = spark_session()._jvm
 arguments = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-print("ARGUMENTS", " ".join(arguments.getInputArguments()))
+print("ARGUMENTS", json.dumps(list(arguments.getInputArguments())))
 """
 
 
 def test_a_run_in_a_project_s_subfolder_starts_java_with_its_jit_directives(tmp_path):
     """The JIT reads the project's directives file (which it would refuse to
-    start without) from any folder, and Java says nothing of it on the console."""
+    start without) from any folder, in a project whose path has a space and
+    non-ASCII letters, and Java says nothing of it on the console."""
+    tmp_path = tmp_path / "My Streams" / "Données été"
     (tmp_path / "conf/kafka").mkdir(parents=True)
     (tmp_path / "conf/kafka/jit.json").write_text(
         '[{"match": "org/apache/spark/sql/catalyst/expressions/GeneratedClass*.*",'
@@ -394,7 +408,7 @@ def test_a_run_in_a_project_s_subfolder_starts_java_with_its_jit_directives(tmp_
         text=True,
         check=True,
     )
-    arguments = started.stdout.split("ARGUMENTS ", 1)[1].split()
+    arguments = json.loads(started.stdout.split("ARGUMENTS ", 1)[1].splitlines()[0])
     assert f"{DIRECTIVES}{tmp_path}/conf/kafka/jit.json" in arguments
     # Nor of the incubator module that Spark 4 adds at every start.
     for note in ("compiler directives added", "Using incubator modules"):

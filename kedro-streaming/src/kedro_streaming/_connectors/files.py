@@ -253,11 +253,14 @@ def _recorded_folder(log: Path) -> Path | None:
             path = json.loads(line)["path"]
         except (ValueError, KeyError, TypeError):
             continue
-        return Path(urllib.parse.urlparse(path).path).parent
+        # A URI: Hadoop escapes a space (and %) in it, not other letters.
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(path).path)).parent
     return None
 
 
 def _inside(path: Path, folder: Path) -> bool:
+    # Through symlinks: a project opened by a linked folder is the same one.
+    path, folder = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
     return path == folder or folder in path.parents
 
 

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import threading
@@ -81,7 +82,7 @@ def with_project_files(conf: dict[str, str], project: Path) -> dict[str, str]:
             the option (it is a diagnostic one).
     """
     key = "spark.driver.extraJavaOptions"
-    options = conf.get(key, "").split()
+    options = java_options(conf.get(key, ""))
     named = [option for option in options if option.startswith(_DIRECTIVES)]
     if not named:
         return conf
@@ -98,17 +99,27 @@ def with_project_files(conf: dict[str, str], project: Path) -> dict[str, str]:
             f"spark.yml's {key} sets {_DIRECTIVES}{path}, which Java accepts only "
             f"after {_DIAGNOSTIC}: put that option before it, in the same setting."
         )
-    if re.search(r"\s", str(absolute)):  # Spark splits the options at spaces
-        raise StreamingConfigError(
-            f"The JIT directives file {absolute} has a space in its path, which "
-            f"{key} cannot carry: move the project, or give an absolute path "
-            "without spaces."
-        )
     resolved = [
         f"{_DIRECTIVES}{absolute}" if option.startswith(_DIRECTIVES) else option
         for option in options
     ]
-    return {**conf, key: " ".join(resolved)}
+    # Quoted where a path has a space or a quote (a project in `My Streams`):
+    # Spark's launcher splits the options as bash does.
+    return {**conf, key: shlex.join(resolved)}
+
+
+def java_options(options: str) -> list[str]:
+    """The JVM options of a ``spark.driver.extraJavaOptions`` value, split as
+    Spark's launcher splits them (bash's quotes and escapes).
+
+    Example:
+        >>> java_options("-Xss4m -Dname='My Streams' -Dother=\\"a b\\"")
+        ['-Xss4m', '-Dname=My Streams', '-Dother=a b']
+    """
+    try:
+        return shlex.split(options)
+    except ValueError:  # an unbalanced quote: the JVM says what it makes of it
+        return options.split()
 
 
 def start_jvm(conf: dict[str, str]) -> None:
@@ -180,9 +191,9 @@ def class_archive(conf: dict[str, str]) -> Path | None:
         ]
     )
     archive = CLASS_ARCHIVES / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsa"
-    # Spark splits the JVM's options at spaces; a JVM that once wrote no
-    # archive (not HotSpot) would not write one the next time either.
-    if re.search(r"\s", str(archive)) or archive.with_suffix(".failed").exists():
+    # A JVM that once wrote no archive (not HotSpot) would not write one the
+    # next time either.
+    if archive.with_suffix(".failed").exists():
         return None
     return archive
 
@@ -222,7 +233,7 @@ def _prune_class_archives() -> None:
 def with_java_options(conf: dict[str, str], option: str) -> dict[str, str]:
     """``conf`` with ``option`` added to the driver JVM's options, quietly."""
     options = conf.get("spark.driver.extraJavaOptions", "")
-    options = f"{options} {option} {_SHARING_QUIET}".strip()
+    options = f"{options} {shlex.quote(option)} {_SHARING_QUIET}".strip()
     return {**conf, "spark.driver.extraJavaOptions": options}
 
 
