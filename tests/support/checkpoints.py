@@ -10,7 +10,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from reference import (
     EPOCH,
@@ -223,26 +222,6 @@ def source_files(tables: Path, query: str) -> list[list[Path]]:
         [Path(uri.removeprefix("file:")) for uri in batch]
         for batch in file_source_batches(checkpoint)
     ]
-
-
-def rows_read_where_not_null(tables: Path, query: str, column: str) -> list[int]:
-    """The rows a query filtering on ``column IS NOT NULL`` reads from its
-    source table in each micro-batch: Spark hands that filter to its parquet
-    reader, which skips a row group whose statistics count only nulls there
-    (a file of valid trips, for ``rejection_reason``), so Spark's count of
-    rows in leaves its rows out."""
-    counts = []
-    for files in source_files(tables, query):
-        read = 0
-        for path in files:
-            metadata = pq.ParquetFile(path).metadata
-            index = metadata.schema.names.index(column)
-            for group in range(metadata.num_row_groups):
-                row_group = metadata.row_group(group)
-                nulls = row_group.column(index).statistics.null_count
-                read += 0 if nulls == row_group.num_rows else row_group.num_rows
-        counts.append(read)
-    return counts
 
 
 def query_batches(

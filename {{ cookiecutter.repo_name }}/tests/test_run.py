@@ -33,14 +33,14 @@ def project(tmp_path, monkeypatch, spark):
     return tmp_path
 
 
-def run(project, pipeline_name=None, **params):
+def run(project, pipeline=None, **params):
     with KedroSession.create(
         project_path=PROJECT_ROOT,
         conf_source=str(project / "conf"),
         # No Prometheus endpoint: its port may be a running `kedro run`'s.
         runtime_params={"trigger": "available_now", "metrics_port": 0, **params},
     ) as session:
-        session.run(pipeline_name=pipeline_name)
+        session.run(pipeline_names=[pipeline] if pipeline else None)
 
 
 def read(spark, name):

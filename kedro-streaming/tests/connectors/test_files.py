@@ -41,7 +41,9 @@ def problems_of(catalog: DataCatalog) -> str:
 
 
 def test_a_project_moved_with_its_checkpoints_is_refused_before_start(spark, tmp_path):
-    here, there = tmp_path / "here", tmp_path / "there"
+    # Where laptops keep projects: a space and non-ASCII letters (Spark's
+    # logs escape the space in their URIs).
+    here, there = tmp_path / "My Streams" / "Données été", tmp_path / "there"
     (here / "data/landing").mkdir(parents=True)
     (here / "data/landing/0.json").write_text('{"id": 1}\n{"id": 2}\n')
     catalog = DataCatalog.from_config(entries(here))
@@ -95,7 +97,9 @@ def test_a_query_reading_another_query_s_sink_resumes_and_is_refused_once_moved(
     """A query split in two: ``merged`` reads ``copied``'s sink back as a
     stream, with ``events``. Each of its checkpoint's sources must lie in a
     folder it reads, the sink read back included."""
-    here, there = tmp_path / "here", tmp_path / "there"
+    # Where laptops keep projects: a space and non-ASCII letters (Spark's
+    # logs escape the space in their URIs).
+    here, there = tmp_path / "My Streams" / "Données été", tmp_path / "there"
     config = entries(here)
     config["events"] = {**config["landing"], "filepath": str(here / "data/events")}
     config["merged"] = {
@@ -124,7 +128,9 @@ def test_a_query_reading_another_query_s_sink_resumes_and_is_refused_once_moved(
 
     def check(root):
         catalog = DataCatalog.from_config(
-            json.loads(json.dumps(config).replace(str(here), str(root)))
+            json.loads(
+                json.dumps(config, ensure_ascii=False).replace(str(here), str(root))
+            )
         )
         check_before_spark(catalog, pipeline, {}, StreamState(str(root / "state")))
         return catalog

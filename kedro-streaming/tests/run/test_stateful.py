@@ -196,7 +196,10 @@ def test_a_join_of_two_streams_that_keeps_a_side_for_ever_is_noted(
             ),
             "sets a watermark on `at` over a stream that already has one (on `at`): "
             "Spark refuses to redefine a watermark, at the query's first batch. Keep "
-            "one withWatermark per stream, where the node reads it (docs/stateful.md)",
+            "one withWatermark per stream, where the node reads it; over a table that "
+            "a stream with a watermark wrote, the mark is its writer's: read the table "
+            "without it (no `keep_watermark: true` in the source's load_args) and set "
+            "this query's own (docs/stateful.md)",
             id="twice on one stream",
         ),
         pytest.param(

@@ -4,6 +4,7 @@ which composes the connectors."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 from typing import Any
 
@@ -46,6 +47,12 @@ from kedro_streaming._connectors.streams import (
 
 # Every sink counts the rows it writes under this name, in the query's progress.
 ROWS_WRITTEN_METRIC = "rows_written"
+# Every source counts the rows it reads under a name that starts so (one per
+# load: a query may read two sources, or one twice). Spark's numInputRows
+# counts what its reader hands on, which for parquet is after the query's
+# filters skipped row groups: not what the query read.
+ROWS_READ_METRIC = "rows_read"
+_LOADS = itertools.count()
 
 
 class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
@@ -91,7 +98,10 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             filepath: Folder of a file source or sink; empty for Kafka.
             file_format: Any Spark streaming format: json, csv, parquet, kafka...
             load_args: Options of ``spark.readStream``; ``schema`` is a DDL string
-                or ``{"filepath": ...}`` naming a Spark JSON schema file.
+                or ``{"filepath": ...}`` naming a Spark JSON schema file;
+                ``keep_watermark: true`` keeps the watermark mark of the stream
+                that wrote a table read back (dropped by default: no query
+                reading it advances it).
             save_args: ``output_mode``, ``checkpoint``, ``trigger`` (keyword
                 arguments of ``DataStreamWriter.trigger``), ``query_name``,
                 ``partitionBy``, ``foreach_batch`` (``"module:function"``),
@@ -123,6 +133,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
 
         self._load_args = dict(load_args or {})
         schema = self._load_args.pop("schema", None)
+        self._keep_watermark = self._load_args.pop("keep_watermark", False)
         self._schema = _schema_from_file(schema) if isinstance(schema, dict) else schema
 
         self._save_args = dict(save_args or {})
@@ -196,10 +207,21 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         save_args or load_args that is not the plugin's but close to one of
         its keys (``checkpiont``): Spark would take it for an option and
         ignore it. Other unknown keys of those are Spark's to check."""
-        return unknown_key_problems(self._unknown_keys, _ENTRY_KEYS) + [
-            f"has `{key}` in its {args_name}: did you mean `{match}`?"
-            for args_name, key, match in self._misspelt_args()
-        ]
+        return (
+            unknown_key_problems(self._unknown_keys, _ENTRY_KEYS)
+            + [
+                f"has `{key}` in its {args_name}: did you mean `{match}`?"
+                for args_name, key, match in self._misspelt_args()
+            ]
+            + (
+                []
+                if isinstance(self._keep_watermark, bool)
+                else [
+                    f"has `keep_watermark: {self._keep_watermark}` in its "
+                    "load_args: use true or false"
+                ]
+            )
+        )
 
     @property
     def misspelt_keys(self) -> set[str]:
@@ -377,7 +399,8 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             {**self._load_args, **self.kafka_options},
             schema,
             written_schema=written,
-        )
+            keep_watermark=self._keep_watermark is True,
+        ).observe(f"{ROWS_READ_METRIC}:{next(_LOADS)}", F.count(F.lit(1)).alias("rows"))
         if self._avro is not None:
             frame = decode_values(frame, self.avro_schemas)
             if self.avro_key_schemas is not None:

@@ -22,7 +22,7 @@ _SAVE_KEYS = (
 )
 
 
-_LOAD_KEYS = ("schema",)
+_LOAD_KEYS = ("schema", "keep_watermark")
 
 
 # As close as difflib's ratio gets a typo of a plugin key (`checkpiont`:

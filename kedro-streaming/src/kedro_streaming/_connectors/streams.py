@@ -9,7 +9,7 @@ from typing import Any
 from kedro.io.core import DatasetError
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
 from kedro_streaming._connectors.delta import (
@@ -35,8 +35,13 @@ def read_stream(
     schema: StructType | str | None,
     *,
     written_schema: StructType | None = None,
+    keep_watermark: bool = False,
 ) -> DataFrame:
     """A streaming DataFrame over a source.
+
+    A table written by a stream with a watermark carries Spark's mark on its
+    event-time column, which no query reading it advances: it is read
+    without it, unless ``keep_watermark``.
 
     Without a ``schema``, a folder takes the schema of its committed files:
     Spark's batch reader follows a file sink's ``_spark_metadata`` log,
@@ -59,8 +64,10 @@ def read_stream(
             committed = batch.load(path).schema
             schema = written_schema or committed
         if schema is not None:
+            if isinstance(schema, StructType) and not keep_watermark:
+                schema = without_watermark(schema)
             reader = reader.schema(schema)
-        return reader.load(path) if path else reader.load()
+        frame = reader.load(path) if path else reader.load()
     except AnalysisException as exc:
         if not any(cause in str(exc) for cause in _NOTHING_YET):
             raise
@@ -74,6 +81,44 @@ def read_stream(
             f"{file_format} files. Run the pipeline that writes it "
             f"first{or_schema}."
         ) from None
+    # A Delta table carries its writer's schema, metadata included.
+    return frame if keep_watermark else drop_watermark(frame)
+
+
+def drop_watermark(frame: DataFrame) -> DataFrame:
+    """``frame`` without Spark's watermark mark on any column (a projection
+    where one has it), its other metadata kept."""
+    for field in frame.schema.fields:
+        if WATERMARK_KEY in field.metadata:
+            kept = {k: v for k, v in field.metadata.items() if k != WATERMARK_KEY}
+            frame = frame.withMetadata(field.name, kept)
+    return frame
+
+
+# Spark's metadata key for a column's watermark delay.
+WATERMARK_KEY = "spark.watermarkDelayMs"
+
+
+def without_watermark(schema: StructType) -> StructType:
+    """``schema`` without Spark's watermark mark on any column.
+
+    Example:
+        >>> from pyspark.sql.types import StructField, TimestampType
+        >>> marked = StructField("at", TimestampType(), metadata={WATERMARK_KEY: 600000})
+        >>> without_watermark(StructType([marked])).fields[0].metadata
+        {}
+    """
+    return StructType(
+        [
+            StructField(
+                field.name,
+                field.dataType,
+                field.nullable,
+                {k: v for k, v in field.metadata.items() if k != WATERMARK_KEY},
+            )
+            for field in schema.fields
+        ]
+    )
 
 
 def start_query(  # noqa: PLR0913 (a sink's parts)

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kedro_streaming._connectors.dataset import ROWS_READ_METRIC
 from kedro_streaming._connectors.files import source_position
 from kedro_streaming._run.progress import ProgressLog
 from kedro_streaming._spark import plan_nodes
@@ -69,8 +70,10 @@ def observed_metrics(frame: Any) -> set[tuple[str, int]]:
     jdf = getattr(frame, "_jdf", None)
     if jdf is None:
         return set()
+    # Each query counts the rows it reads itself, fan-out or not.
     return {
         (node.name(), node.dataframeId())
         for node in plan_nodes(jdf.queryExecution().logical())
         if node.nodeName() == "CollectMetrics"
+        and node.name().split(":")[0] != ROWS_READ_METRIC
     }

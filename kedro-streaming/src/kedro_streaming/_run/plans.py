@@ -39,6 +39,10 @@ from kedro_streaming._run.stateful import (
     transform_with_state_problem,
     unwatermarked_join_note,
 )
+from kedro_streaming._run.watermarks import (
+    inherited_watermark_problem,
+    union_watermark_note,
+)
 from kedro_streaming._spark import headline, java_frame, jvm_of
 from kedro_streaming.errors import StreamingConfigError
 
@@ -210,14 +214,16 @@ def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
     if problem:
         return problem
     ends = bounded or ends_by_itself(dataset.trigger)
-    problem = transform_with_state_problem(
-        spark, frame, bounded=ends
-    ) or redefined_watermark_problem(spark, frame)
+    problem = (
+        transform_with_state_problem(spark, frame, bounded=ends)
+        or redefined_watermark_problem(spark, frame)
+        or inherited_watermark_problem(frame)
+    )
     if problem:
         return problem
-    note = unwatermarked_join_note(frame)
-    if note:
-        plans.notes.append(f"'{name}' {note}")
+    for note in (unwatermarked_join_note(frame), union_watermark_note(frame)):
+        if note:
+            plans.notes.append(f"'{name}' {note}")
     check = check_sink_schema(name, dataset, frame)
     plans.notes += [f"'{name}' {note}" for note in check.notes]
     return f"'{name}' {check.problems[0]}." if check.problems else None

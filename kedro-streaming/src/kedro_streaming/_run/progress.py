@@ -11,7 +11,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQuery
 
-from kedro_streaming._connectors.dataset import ROWS_WRITTEN_METRIC
+from kedro_streaming._connectors.dataset import ROWS_READ_METRIC, ROWS_WRITTEN_METRIC
 from kedro_streaming._nodes.expectations import (
     EXPECTATIONS_METRIC,
     UNPARSED,
@@ -88,7 +88,7 @@ class ProgressLog:
         sources = report.get("sources", [])
         batch = {
             "batches": 1,
-            "input_rows": sum(source.get("numInputRows", 0) for source in sources),
+            "input_rows": rows_read(metrics, sources),
             "rows_written": metrics.get(ROWS_WRITTEN_METRIC, {}).get("rows", 0),
             # Rows a node counted as quarantined (an observed `quarantined` metric).
             "quarantined": sum(
@@ -135,6 +135,27 @@ class ProgressLog:
             self._state.append(record)
         if self._metrics is not None:
             self._metrics.record(record)
+
+
+def rows_read(metrics: dict[str, dict], sources: list[dict]) -> int:
+    """The rows a batch read from its sources: what each of the plugin's
+    sources counted as it read (``ROWS_READ_METRIC``), else Spark's
+    numInputRows (a source of another dataset type).
+
+    Example:
+        >>> rows_read({"rows_read:0": {"rows": 7}, "rows_read:3": {"rows": 2}}, [])
+        9
+        >>> rows_read({}, [{"numInputRows": 4}])
+        4
+    """
+    counted = [
+        row.get("rows", 0)
+        for name, row in metrics.items()
+        if name.split(":")[0] == ROWS_READ_METRIC
+    ]
+    if counted:
+        return sum(counted)
+    return sum(source.get("numInputRows", 0) for source in sources)
 
 
 def expectation_counts(metrics: dict[str, Any] | None) -> dict[str, int]:

@@ -137,7 +137,7 @@ def unwatermarked_join_note(frame: Any) -> str | None:
             below[-1].append(child)
         if len(below) == 2 and all(_streaming(side[0]) for side in below):
             sides += [
-                _sources(side)
+                source_names(side)
                 for side in below
                 if not any("EventTimeWatermark" in n for n in side)
             ]
@@ -157,7 +157,7 @@ def unwatermarked_join_note(frame: Any) -> str | None:
     )
 
 
-def _sources(nodes: list[str]) -> str:
+def source_names(nodes: list[str]) -> str:
     """The streaming sources a part of a plan reads, as the plan names them:
     a file source's folder, a Kafka source's topics."""
     found = []
@@ -204,7 +204,10 @@ def redefined_watermark_problem(spark: Any, frame: Any) -> str | None:
                     f"sets a watermark on `{node.eventTime().name()}` over a stream "
                     f"that already has one (on `{'`, `'.join(marked)}`): Spark "
                     "refuses to redefine a watermark, at the query's first batch. "
-                    "Keep one withWatermark per stream, where the node reads it "
+                    "Keep one withWatermark per stream, where the node reads it; "
+                    "over a table that a stream with a watermark wrote, the mark is "
+                    "its writer's: read the table without it (no `keep_watermark: "
+                    "true` in the source's load_args) and set this query's own "
                     "(docs/stateful.md)"
                 )
     return None
