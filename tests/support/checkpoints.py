@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pandas as pd
 from deltalake import DeltaTable
@@ -154,17 +155,22 @@ def delta_source_batches(table: Path, checkpoint: Path) -> list[list[Path]]:
     batches, previous = [], (start, -1)
     for end in ends:
         until = (end["reservoirVersion"], end["index"])
-        batches.append([table / path for key, path in files if previous < key <= until])
+        batches.append(
+            [table / unquote(path) for key, path in files if previous < key <= until]
+        )
         previous = until
     return batches
 
 
+def local_path(uri: str) -> Path:
+    """The local file a URI of Spark's names (``file:/...``, a space escaped
+    as ``%20``, as a project under ``My Streams`` has them)."""
+    return Path(unquote(urlparse(uri).path))
+
+
 def landing_records(uri: str) -> list[dict | str]:
     """A landing file's records, line by line, as the reference decodes them."""
-    return [
-        decode(line)
-        for line in text_lines(Path(uri.removeprefix("file:")).read_bytes())
-    ]
+    return [decode(line) for line in text_lines(local_path(uri).read_bytes())]
 
 
 def records_of_rows(rows: pd.DataFrame, messages: dict) -> list[dict | str]:
@@ -219,8 +225,7 @@ def source_files(tables: Path, query: str) -> list[list[Path]]:
         table = tables / DELTA_TABLES[SOURCE_TABLES[query]]
         return delta_source_batches(table, checkpoint)
     return [
-        [Path(uri.removeprefix("file:")) for uri in batch]
-        for batch in file_source_batches(checkpoint)
+        [local_path(uri) for uri in batch] for batch in file_source_batches(checkpoint)
     ]
 
 
@@ -317,7 +322,7 @@ def committed_files(folder: Path) -> list[Path]:
             record = json.loads(line)
             (files.add if record["action"] == "add" else files.discard)(record["path"])
     assert files, f"{folder} has no committed files"
-    return sorted(Path(path.removeprefix("file://")) for path in files)
+    return sorted(local_path(path) for path in files)
 
 
 DELTA_TABLES = {

@@ -174,6 +174,31 @@ def test_a_stream_without_a_sink_fails_before_any_query_starts():
         hooks.before_pipeline_run({}, nodes, catalog)
 
 
+def test_a_misspelt_sink_entry_fails_before_any_query_starts():
+    """An intermediate output whose entry is misspelt: Kedro would keep it in
+    memory and run the query downstream of it as if nothing were wrong."""
+    catalog = DataCatalog.from_config(
+        {"in": SOURCE, "checked_record": sink("checked"), "rejected": sink("rejected")}
+    )
+    nodes = pipeline(
+        [
+            node(lambda df: df, "in", "checked_records"),
+            node(lambda df: df, "checked_records", "rejected"),
+        ]
+    )
+    with pytest.raises(StreamingConfigError) as error:
+        StreamingQueryHooks().before_pipeline_run({}, nodes, catalog)
+    assert str(error.value) == (
+        "A catalog entry's name is not the pipeline's:\n"
+        "  - the pipeline uses 'checked_records', which the catalog does not "
+        "declare, and the catalog declares 'checked_record', which no pipeline "
+        "uses: rename the entry 'checked_record' to 'checked_records' (or the "
+        "node's dataset to 'checked_record'); as it is, Kedro would keep "
+        "'checked_records' in memory and never write it"
+    )
+    assert catalog["rejected"].query is None
+
+
 def watermarked(frame, delay):
     return frame.withWatermark("at", delay)
 
@@ -212,7 +237,9 @@ BROKEN_SECOND_NODES = {
         "query second (node b_twice): sets a watermark on `at` over a stream that "
         "already has one (on `at`): Spark refuses to redefine a watermark, at the "
         "query's first batch. Keep one withWatermark per stream, where the node "
-        "reads it (docs/stateful.md)",
+        "reads it; over a table that a stream with a watermark wrote, the mark is "
+        "its writer's: read the table without it (no `keep_watermark: true` in the "
+        "source's load_args) and set this query's own (docs/stateful.md)",
     ),
 }
 

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pyspark
 from pyspark.sql import SparkSession
@@ -65,7 +65,7 @@ def without_resolution(conf: dict[str, str]) -> dict[str, str]:
         jars = json.loads(record.read_text())["jars"] if record else []
     except (OSError, ValueError, KeyError):
         return conf
-    if not jars or not all(Path(urlparse(jar).path).is_file() for jar in jars):
+    if not jars or not all(Path(unquote(urlparse(jar).path)).is_file() for jar in jars):
         return conf
     logger.debug("Spark packages: the jars resolved before, from %s.", record)
     launch = {key: value for key, value in conf.items() if key != "spark.jars.packages"}
