@@ -3,20 +3,24 @@ stream, each made in the walkthrough's project (its Kafka source, its
 alerts pipeline) and refused before any query starts: the exact message,
 no stack trace, and nothing written (no checkpoint, no table, no message).
 
-Each case is one `kedro run` as a user types it, so the message is the one
-the user reads; those refused before Spark starts show that too.
+Each case is one `kedro run` (or `kedro streams broker start`) as a user
+types it, so the message is the one the user reads; those refused before
+Spark starts show that too. One case is not refused, as the run can work:
+the Spark UI's port taken, where the run goes on and says where its UI is.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from support.common import SPARK_VERSION, free_port, run
+from support.common import SASL_PASSWORD, SASL_USER, SPARK_VERSION, free_port, run
 from support.kafka import send_to_one_partition
 from support.project import walkthrough_project
 
@@ -85,6 +89,8 @@ def topic_ends(servers: str) -> dict[str, int]:
 
 CATALOG = "conf/kafka/catalog.yml"
 BASE_CATALOG = "conf/base/catalog.yml"
+ALERT_NODES = "src/sensor_lab/pipelines/alerts/nodes.py"
+ALERT_PARAMETERS = "conf/base/parameters_alerts.yml"
 # A sink's trigger that Spark cannot read (made in the validate test).
 WRONG_TRIGGER = (
     "checkpoint: ${globals:output_root}/checkpoints/checked_records",
@@ -345,47 +351,370 @@ CASES = [
         "Fix the name, or declare it in parameters.yml.",
         False,
     ),
+    # Issue 67: one user's mistakes, each as they made it. In edits and
+    # arguments, <servers> is the broker's address, <free port> a port where
+    # nothing listens and <held port> one that the test holds listening (as
+    # by another program); the messages take {servers}, {project}, {held}
+    # and {free}.
+    (
+        "file_fromat: a catalog key misspelt",
+        {BASE_CATALOG: [("  file_format: parquet", "  file_fromat: parquet")]},
+        ["--pipelines", "records"],
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        "  - 'checked_records' has `file_fromat`, which a SparkStreamingDataset "
+        "entry does not take: did you mean `file_format`?",
+        False,
+    ),
+    (
+        "checked_record: a sink entry misspelt",
+        {BASE_CATALOG: [("checked_records:\n  type", "checked_record:\n  type")]},
+        ["--pipelines", "records"],
+        # Before: the run went on, checked_records kept in memory, never written.
+        "StreamingConfigError: A catalog entry's name is not the pipeline's:\n"
+        "  - the pipeline uses 'checked_records', which the catalog does not "
+        "declare, and the catalog declares 'checked_record', which no pipeline "
+        "uses: rename the entry 'checked_record' to 'checked_records' (or the "
+        "node's dataset to 'checked_record'); as it is, Kedro would keep "
+        "'checked_records' in memory and never write it",
+        False,
+    ),
+    (
+        "checkpoint: removed from a sink",
+        {
+            BASE_CATALOG: [
+                (
+                    "    checkpoint: ${globals:output_root}/checkpoints/"
+                    "checked_records\n",
+                    "",
+                )
+            ]
+        },
+        ["--pipelines", "records"],
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        "  - 'checked_records' has no checkpoint: add a folder of its own to its "
+        "save_args, beside the other sinks' checkpoints (a new project's catalog "
+        "has `checkpoint: ${{globals:output_root}}/checkpoints/<the sink's "
+        "name>`), so that a restart resumes where it stopped",
+        False,
+    ),
+    (
+        "withWatermark removed before a windowed average",
+        {
+            ALERT_NODES: [
+                ('        .withWatermark("at", alerts["watermark_delay"])\n', "")
+            ]
+        },
+        BOTH,
+        f"{NODES_FAIL}\n  - query device_alerts (node device_alerts): "
+        "[STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION] Invalid streaming output "
+        "mode: append. This output mode is not supported for streaming "
+        "aggregations without watermark on streaming DataFrames/DataSets. "
+        "SQLSTATE: 42KDE Fix: in the node, `.withWatermark(<event-time column>, "
+        "<delay>)` before the aggregation (append writes a window once the "
+        "watermark passes it), or give the sink `output_mode: update` or "
+        "`complete`",
+        True,
+    ),
+    (
+        "watermark_delay: 10 minuets",
+        {
+            ALERT_PARAMETERS: [
+                ("watermark_delay: 30 seconds", "watermark_delay: 10 minuets")
+            ]
+        },
+        BOTH,
+        f"{NODES_FAIL}\n  - query device_alerts: node device_alerts fails: "
+        "[CANNOT_PARSE_INTERVAL] Unable to parse '10 minuets'. …",
+        True,
+    ),
+    (
+        "max_avg_temperature_c: thirty",
+        {
+            ALERT_PARAMETERS: [
+                ("max_avg_temperature_c: 50.0", "max_avg_temperature_c: thirty")
+            ]
+        },
+        BOTH,
+        # Before: checked_records wrote its batch, then device_alerts failed
+        # at its first (Spark casts the constant when it optimizes the plan).
+        f"{NODES_FAIL}\n  - query device_alerts (node device_alerts): "
+        "[CAST_INVALID_INPUT] The value 'thirty' of the type \"STRING\" cannot "
+        'be cast to "DOUBLE" because it is malformed. Correct the value as per '
+        "the syntax, or change its target type. Use `try_cast` to tolerate "
+        "malformed input and return NULL instead. SQLSTATE: 22018 (the value of "
+        "params:alerts.max_avg_temperature_c) Fix: in conf/<env>/parameters*.yml, "
+        "give params:alerts.max_avg_temperature_c a value of the type Spark "
+        "casts it to",
+        True,
+    ),
+    (
+        "a join on devise",
+        {
+            ALERT_NODES: [
+                (
+                    'checked_records.filter(F.col("rejection_reason").isNull())',
+                    'checked_records.filter(F.col("rejection_reason").isNull())\n'
+                    "        .join(\n"
+                    "            checked_records.sparkSession.createDataFrame(\n"
+                    '                [("boiler-1", "kitchen")], "device STRING, '
+                    'room STRING"\n'
+                    "            ),\n"
+                    '            "devise",\n'
+                    "        )",
+                )
+            ]
+        },
+        BOTH,
+        # Spark's reason lists the columns there are.
+        f"{NODES_FAIL}\n  - query device_alerts: node device_alerts fails: "
+        "[UNRESOLVED_USING_COLUMN_FOR_JOIN] USING column `devise` cannot be "
+        "resolved on the left side of the join. The left-side columns: [`at`, "
+        "`device`, …",
+        True,
+    ),
+    (
+        "output_mode: complete on a parquet sink",
+        {BASE_CATALOG: [("output_mode: append", "output_mode: complete")]},
+        ["--pipelines", "records"],
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        "  - 'checked_records' has output_mode 'complete', which a parquet sink "
+        "does not support (it only appends): use append, with a watermark before "
+        "any aggregation, or a sink that can update (kafka, foreach_batch, or "
+        "delta with merge_on)",
+        False,
+    ),
+    (
+        "expect: temperature_c >>= -50",
+        {
+            "conf/base/parameters_expectations.yml": [
+                (
+                    "expect: temperature_c BETWEEN -50 AND 60",
+                    "expect: temperature_c >>= -50",
+                )
+            ]
+        },
+        ["--pipelines", "records"],
+        f"{NODES_FAIL}\n  - query checked_records, quarantined_records: node "
+        "check_records fails: expectation 'temperature_plausible' "
+        "(record_expectations, conf/base/parameters_expectations.yml): "
+        "`temperature_c >>= -50` cannot be checked: [PARSE_SYNTAX_ERROR] Syntax "
+        "error at or near '='. SQLSTATE: 42601 (line 1, pos 16). Fix the "
+        "expression; it can use the record's columns: …",
+        True,
+    ),
+    (
+        "action: quarantene",
+        {
+            "conf/base/parameters_expectations.yml": [
+                ("action: quarantine", "action: quarantene")
+            ]
+        },
+        ["--pipelines", "records"],
+        f"{NODES_FAIL}\n  - query checked_records, quarantined_records: node "
+        "check_records fails: expectation 'temperature_plausible' "
+        "(record_expectations, conf/base/parameters_expectations.yml): action "
+        "'quarantene' is not one of warn, quarantine, fail: did you mean "
+        "'quarantine'? (the value of "
+        "params:record_expectations.temperature_plausible.action)",
+        True,
+    ),
+    (
+        "--params trigger=availablenow",
+        {},
+        ["--pipelines", "records", "--params", "trigger=availablenow"],
+        "StreamingConfigError: Unknown trigger 'availablenow': run with `--params "
+        "trigger=available_now` (process what is there, then stop) or `--params "
+        "trigger=processing_time` (run until stopped).",
+        False,
+    ),
+    (
+        "alerts run before records has written checked_records",
+        {},
+        ["--env", "kafka", "--pipelines", "alerts"],
+        "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
+        "  - 'checked_records' reads '{project}/data/kafka/02_intermediate/"
+        "checked_records', which does not exist: fix its filepath, or, if "
+        "another pipeline's sink writes it, run that pipeline first (the records "
+        "pipeline writes it: `kedro run --pipelines records`, with this run's "
+        "--env)",
+        False,
+    ),
+    (
+        "metrics_port taken by another program",
+        {},
+        ["--pipelines", "records", "--params", "metrics_port=<held port>"],
+        "StreamingConfigError: Cannot serve the Prometheus metrics at "
+        "127.0.0.1:{held} (Address already in use): run with `--params "
+        "metrics_port=<a free port>` (another run may have this one), or "
+        "`--params metrics_port=0` for no endpoint.",
+        False,
+    ),
+    (
+        "kafka.bootstrap_servers: a port where nothing listens",
+        {"conf/kafka/globals.yml": [("<servers>", "127.0.0.1:<free port>")]},
+        KAFKA_ENV,
+        "StreamingConfigError: 'raw_records': the Kafka broker at 127.0.0.1:{free} "
+        "refuses connections: nothing listens there. Start the broker (`kedro "
+        "streams broker start` runs one on localhost:9092), or point the "
+        "dataset's kafka.bootstrap.servers at yours.",
+        True,
+    ),
+    (
+        "SASL_PLAINTEXT credentials against the PLAINTEXT listener",
+        # As docs/kafka-security.md sets them: the variables
+        # conf/kafka/credentials.yml reads (PLAIN, its default mechanism).
+        {},
+        KAFKA_ENV,
+        # Before: Kafka's IllegalSaslStateException, raw.
+        "StreamingConfigError: 'raw_records': the Kafka broker at {servers} takes "
+        "no SASL login on this port (a PLAINTEXT listener), while "
+        "security_protocol is SASL_PLAINTEXT with a PLAIN login: use the port of "
+        "the brokers' SASL_PLAINTEXT listener in kafka.bootstrap.servers, or set "
+        "security_protocol to PLAINTEXT and drop the login (username, password) "
+        "from the credentials.",
+        True,
+        {
+            "env": {
+                "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                "KAFKA_SASL_USERNAME": SASL_USER,
+                "KAFKA_SASL_PASSWORD": SASL_PASSWORD,
+            }
+        },
+    ),
+    (
+        "--params metric_port=0",
+        {},
+        ["--pipelines", "records", "--params", "metric_port=0"],
+        "StreamingConfigError: --params names what nothing in this project reads "
+        "(no parameter of conf/<env>/parameters*.yml, no setting of streaming.yml, "
+        "no ${{runtime_params:...}} in conf/), so the run would ignore it:\n"
+        "  - 'metric_port': did you mean 'metrics_port'?\n"
+        "Fix the name, or declare it in parameters.yml.",
+        False,
+    ),
+    (
+        "spark_ui_port taken by another program",
+        {},
+        [
+            "--pipelines",
+            "records",
+            "--params",
+            "trigger=available_now,spark_ui_port=<held port>",
+        ],
+        # Not refused: the run goes on, its UI on the next free port, said.
+        "Spark UI: port {held} is taken (another run's Spark UI, or another "
+        "program), so Spark took {moved}, the next free one: the UI is at "
+        "http://localhost:{moved}. To choose its port, set spark_ui_port in "
+        "streaming.yml (or `--params spark_ui_port=<port>`).",
+        True,
+        {"works": True},
+    ),
+    (
+        "kedro streams broker start: the broker's port taken",
+        # By the session's broker, as by Docker's.
+        {},
+        ["streams", "broker", "start"],
+        "error: port {port} (kafka.bootstrap_servers of conf/kafka/globals.yml: "
+        "{servers}) is taken by a Kafka broker that this command did not start "
+        "(Docker's, or another project's): use that broker as it is (nothing to "
+        "start), or start this one on another port: `kedro streams broker start "
+        "--port <port>` (--port 0: a free one), then set kafka.bootstrap_servers "
+        "in conf/<env>/globals.yml to the address it prints",
+        False,
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("edits", "arguments", "message", "spark_started"),
-    [case[1:] for case in CASES],
+    ("edits", "arguments", "message", "spark_started", "extras"),
+    [(*case[1:5], case[5] if len(case) > 5 else {}) for case in CASES],
     ids=[case[0] for case in CASES],
 )
-def test_each_mistake_is_refused_before_anything_is_written(  # noqa: PLR0917 (the case's fields)
-    project, project_bin, broker, edits, arguments, message, spark_started
+def test_each_mistake_is_refused_before_anything_is_written(  # noqa: PLR0913, PLR0917 (the case's fields)
+    project, project_bin, broker, edits, arguments, message, spark_started, extras
 ):
     """One mistake (its id says which), in the module's project: `kedro run`
-    exits 1 with the exact message as it ends the output, no stack trace,
-    Spark started or not as the case says; nothing written."""
+    (or `kedro streams ...`) exits 1 with the exact message as it ends the
+    output, no stack trace, Spark started or not as the case says; nothing
+    written. A case that ``works`` is not refused: the run goes on, saying
+    what it did instead."""
     servers = broker.bootstrap_servers
-    with mistake(project, edits):
-        result = run(
-            [project_bin / "kedro", "run", *arguments],
-            cwd=project,
-            check=False,
-            timeout=300,
+    before = set((project / "data").rglob("*"))
+    with socket.socket() as held:  # a port another program has
+        held.bind(("127.0.0.1", free_port()))
+        held.listen()
+        values = {
+            "servers": servers,
+            "project": project,
+            "held": held.getsockname()[1],
+            "free": free_port(),
+            "port": servers.rpartition(":")[2],
+        }
+        tokens = {
+            "<servers>": servers,
+            "<held port>": str(values["held"]),
+            "<free port>": str(values["free"]),
+        }
+
+        def filled(text: str) -> str:
+            for token, value in tokens.items():
+                text = text.replace(token, value)
+            return text
+
+        edits = {
+            name: [(filled(old), filled(new)) for old, new in replacements]
+            for name, replacements in edits.items()
+        }
+        command = [filled(argument) for argument in arguments]
+        if command[0] != "streams":
+            command.insert(0, "run")
+        try:
+            with mistake(project, edits):
+                result = run(
+                    [project_bin / "kedro", *command],
+                    cwd=project,
+                    check=False,
+                    timeout=300,
+                    env=extras.get("env"),
+                )
+            written = sorted(
+                str(path.relative_to(project))
+                for path in (project / "data").rglob("*")
+                if path.is_file() and path.name != ".gitkeep"
+                if "checkpoints" in path.parts or "02_intermediate" in path.parts
+            )
+        finally:  # what a case that works wrote, and a command's lock files
+            for path in sorted(set((project / "data").rglob("*")) - before)[::-1]:
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+    output = f"exit {result.returncode}\n{result.output[-3000:]}"
+    assert "Traceback" not in result.output, output
+    assert "register_new_resolver" not in result.output, output
+    assert SASL_PASSWORD not in result.output, "a secret in the output"
+    assert (SPARK_STARTED in result.output) == spark_started, output
+    if extras.get("works"):
+        assert result.returncode == 0, output
+        moved = re.search(
+            r"kedro_streaming\.session: Spark UI: http://localhost:(\d+) ",
+            result.stdout,
         )
+        assert moved and moved[1] != str(values["held"]), output
+        wanted = message.format(**values, moved=moved[1])
+        assert f"kedro_streaming.session: {wanted}" in result.stdout, output
+        assert topic_ends(servers) == {READINGS: len(MESSAGES)}
+        return
     # The message, as it ends the output; "…" ends the part that is ours
     # (Spark's reason follows it).
-    got = result.stderr[result.stderr.find("StreamingConfigError:") :].strip()
-    wanted = message.format(servers=servers, project=project)
-    output = f"exit {result.returncode}\n{result.output[-3000:]}"
+    marker = message.split(":", 1)[0] + ":"
+    got = result.stderr[result.stderr.find(marker) :].strip()
+    wanted = message.format(**values)
     assert result.returncode == 1, output
     if wanted.endswith("…"):
         assert got.startswith(wanted.removesuffix("…")), output
     else:
         assert got == wanted, output
-    assert "Traceback" not in result.output, output
-    assert "register_new_resolver" not in result.output, output
-    assert (SPARK_STARTED in result.output) == spark_started, output
-    written = sorted(
-        str(path.relative_to(project))
-        for path in (project / "data").rglob("*")
-        if path.is_file() and path.name != ".gitkeep"
-        if "checkpoints" in path.parts or "02_intermediate" in path.parts
-    )
     assert written == []
     assert topic_ends(servers) == {READINGS: len(MESSAGES)}
 

@@ -42,6 +42,7 @@ from kedro_streaming._run.checks import (
     check_run,
     check_runtime_params,
 )
+from kedro_streaming._run.constants import add_constant_problems
 from kedro_streaming._run.plans import build_plans
 from kedro_streaming._run.progress import describe_expectations
 from kedro_streaming._run.session import spark_session
@@ -263,6 +264,7 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
         project.sinks,
         bounded=project.settings.get("trigger") == "available_now",
     )
+    add_constant_problems(spark, project.catalog, project.pipeline, plans)
     problems += plans.problems
     for note in plans.notes:
         click.echo(f"note: {note}.")

@@ -152,6 +152,11 @@ def test_a_query_reading_another_query_s_sink_resumes_and_is_refused_once_moved(
         (3,),
     ]
 
+    # The same folder through a symlink (a linked home, a mounted volume).
+    link = tmp_path / "linked"
+    link.symlink_to(here, target_is_directory=True)
+    check(link)
+
     shutil.copytree(here, there)
     with pytest.raises(StreamingConfigError) as raised:
         check(there)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import shlex
+import socket
 import subprocess
 import sys
 import textwrap
@@ -78,6 +79,36 @@ def test_a_refused_option_is_one_error_line(tmp_path, monkeypatch):
         "asked, on a terminal)\n"
     )
     assert not (tmp_path / "data").exists()
+
+
+def test_a_broker_port_taken_is_named_with_what_to_do(tmp_path):
+    """Before any Java starts: the port, where it was read, and the ways out
+    (the starter's test_mistakes has a Kafka broker hold it)."""
+    with socket.socket() as taken:  # as by another program
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            commands,
+            [
+                "streams",
+                "broker",
+                "start",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "broker"),
+            ],
+            obj=None,
+        )
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"error: port {port} (--port) is taken by another program: stop it, or "
+        "start this one on another port: `kedro streams broker start --port "
+        "<port>` (--port 0: a free one), then set kafka.bootstrap_servers in "
+        "conf/<env>/globals.yml to the address it prints\n"
+    )
+    assert not (tmp_path / "broker" / "broker.json").exists()
 
 
 def test_without_the_dev_extra_one_line_says_how_to_install_it(monkeypatch):

@@ -66,6 +66,13 @@ def test_fail_stops_with_the_rule_the_origin_and_the_fix(spark):
         ({"expect": "n + 1", "action": "warn"}, ["is a int, not a boolean"]),
         ({"expect": "n > 0", "action": "drop"}, ["'drop' is not one of warn"]),
         ({"expect": "n > 0"}, ["None is not one of warn"]),
+        (
+            {"expect": "n > 0", "action": "quarantene"},
+            [
+                "action 'quarantene' is not one of warn, quarantine, fail: did you "
+                "mean 'quarantine'?"
+            ],
+        ),
         ({"expect": "n > 0", "action": "warn", "on": 1}, ["exactly `expect`"]),
         ({"expect": "", "action": "warn"}, ["`expect` must be"]),
     ],

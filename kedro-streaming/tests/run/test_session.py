@@ -88,6 +88,18 @@ def test_spark_ui_on_this_machine_without_kill_links_unless_asked():
     assert session._settings["spark.ui.killEnabled"] == "True"
 
 
+def test_a_spark_ui_moved_off_a_taken_port_is_said_with_where_it_is():
+    assert session.ui_port_moved("4050", "http://localhost:4051") == (
+        "Spark UI: port 4050 is taken (another run's Spark UI, or another "
+        "program), so Spark took 4051, the next free one: the UI is at "
+        "http://localhost:4051. To choose its port, set spark_ui_port in "
+        "streaming.yml (or `--params spark_ui_port=<port>`)."
+    )
+    assert "port 4040 is taken" in session.ui_port_moved("", "http://h:4041")
+    for asked, url in (("4050", "http://localhost:4050"), ("0", "http://h:39001")):
+        assert session.ui_port_moved(asked, url) is None
+
+
 def test_the_project_and_the_runtime_reach_the_executors_as_packages(
     spark, tmp_path, monkeypatch
 ):

@@ -148,7 +148,18 @@ def _kafka_failure(text: str, security, timeout: float) -> str:
             "the dataset's kafka.bootstrap.servers is right "
             "(`kafka_connect_timeout` in streaming.yml sets the wait)"
         )
-    return f"could not be used. ({detail})"
+    if "IllegalSaslState" in detail:
+        return (
+            f"takes no {security.mechanism} login on this port, while "
+            f"security_protocol is {security.protocol}: use the port of the "
+            "brokers' SASL listener in kafka.bootstrap.servers, or drop the login "
+            f"from the credentials ({detail})"
+        )
+    return (
+        "could not be used: check that kafka.bootstrap.servers is the port of "
+        "the brokers' listener for the credentials' security_protocol "
+        f"({security.protocol}) ({detail})"
+    )
 
 
 @contextlib.contextmanager

@@ -154,7 +154,7 @@ def _dataset_config(env: str, name: str, root: Path) -> dict[str, Any]:
     if not servers:
         raise StreamingConfigError(
             f"dataset '{name}' sets no kafka.bootstrap.servers in its load_args "
-            "or save_args"
+            "or save_args: set it to the brokers' host:port"
         )
     try:
         security = client_security(dataset.kafka_security, servers)

@@ -10,7 +10,12 @@ import socket
 import ssl
 import struct
 
-from kedro_streaming._connectors.kafka_sasl import MECHANISMS, login_refusal
+from kedro_streaming._connectors.kafka_sasl import (
+    MECHANISMS,
+    NotKafkaError,
+    listener_mismatch,
+    login_refusal,
+)
 from kedro_streaming._connectors.kafka_security import KafkaSecurity
 from kedro_streaming.errors import StreamingConfigError
 
@@ -64,7 +69,40 @@ def connection_problem(
             problem = _tls_problem(raw, host, security)
         else:
             problem = _plain_problem(raw, host)
-    return problem or login_problem(servers, security, timeout)
+    return (
+        problem
+        or _listener_problem(servers, security, timeout)
+        or login_problem(servers, security, timeout)
+    )
+
+
+def _listener_problem(
+    servers: str, security: KafkaSecurity, timeout: float
+) -> str | None:
+    """Whether the first broker of ``servers`` answers as Kafka, on a
+    listener that takes a SASL login if and only if ``security`` logs in
+    (:func:`listener_mismatch`); None when it does, or when this cannot tell."""
+    host, _, port = servers.split(",", maxsplit=1)[0].strip().rpartition(":")
+    host = host.strip("[]")
+    mechanism = security.mechanism if security.uses_sasl else "PLAIN"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as raw:
+            connection = (
+                security.ssl_context.wrap_socket(raw, server_hostname=host)
+                if security.uses_tls
+                else raw
+            )
+            with connection:
+                return listener_mismatch(connection, security.protocol, mechanism)
+    except NotKafkaError:
+        return (
+            "answers, but not as a Kafka broker: is it the port of another "
+            "service? Set the dataset's kafka.bootstrap.servers to the port of "
+            "the brokers' listener (`kedro streams broker status` shows those "
+            "of the local broker)"
+        )
+    except (OSError, ValueError, struct.error):
+        return None
 
 
 def login_problem(
@@ -111,7 +149,12 @@ def _tls_problem(  # noqa: PLR0911 (one return per cause)
             # its certificate: a refused one shows at the first exchange.
             if _answers_kafka(tls):
                 return None
-            return "closed the connection after the TLS handshake"
+            return (
+                "closed the connection after the TLS handshake: if it requires a "
+                "client certificate (mutual TLS), set kafka.ssl.keystore.location "
+                "in the credentials; else check that this port is the brokers' "
+                "TLS listener"
+            )
     except ssl.SSLCertVerificationError as error:
         cause = _VERIFY_CAUSES.get(error.verify_code)
         if cause is None:
@@ -139,7 +182,10 @@ def _tls_problem(  # noqa: PLR0911 (one return per cause)
                 "its password) to a key and certificate the brokers' CA signed"
             )
         if "ALERT" in reason:
-            return f"ended the TLS handshake ({reason})"
+            return (
+                f"ended the TLS handshake ({reason}): check the trust and key "
+                "stores of the credentials against the brokers' TLS settings"
+            )
         return (
             "does not speak TLS on this port, while security_protocol is "
             f"{security.protocol}: use the port of its TLS listener, or the "
@@ -260,7 +306,11 @@ def client_failure(
             f"'{security.username or '?'}': check the password (and the user) of "
             "the credentials"
         )
-    return f"did not answer as asked ({type(error).__name__}: {error})"
+    return (
+        f"did not answer as asked ({type(error).__name__}: {error}): check that "
+        "kafka.bootstrap.servers is the port of the brokers' listener for the "
+        f"credentials' security_protocol ({security.protocol})"
+    )
 
 
 _TOPIC_AUTHORIZATION_FAILED = 29  # Kafka's error code

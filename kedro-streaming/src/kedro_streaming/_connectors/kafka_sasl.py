@@ -14,7 +14,52 @@ from kafka.net.sasl import get_sasl_mechanism
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # Kafka's API keys (both asked at version 1) and error codes.
 _HANDSHAKE, _AUTHENTICATE = 17, 36
-_UNSUPPORTED_MECHANISM, _AUTHENTICATION_FAILED = 33, 58
+_UNSUPPORTED_MECHANISM, _ILLEGAL_SASL_STATE, _AUTHENTICATION_FAILED = 33, 34, 58
+# A Kafka answer is a few KiB; more is another protocol's bytes read as a size
+# (an HTTP server's "HTTP" is 1.2 GB).
+_LARGEST_ANSWER = 100 * 1024 * 1024
+
+
+def without_sasl(protocol: str) -> str:
+    """The protocol of a listener without SASL that ``protocol`` would be."""
+    return "SSL" if protocol.upper() in ("SSL", "SASL_SSL") else "PLAINTEXT"
+
+
+def listener_mismatch(
+    connection: socket.socket, protocol: str, mechanism: str = "PLAIN"
+) -> str | None:
+    """Whether the listener on ``connection`` (nothing sent on it yet) takes a
+    SASL login as ``protocol`` says, asked with a SaslHandshake: a listener
+    without SASL answers it with ILLEGAL_SASL_STATE, a SASL one with its
+    mechanisms. Returns why not, as the end of "the Kafka broker at X ...",
+    or None when it matches.
+
+    Raises:
+        OSError: The connection failed or closed.
+        ValueError: Not a Kafka broker's answer.
+    """
+    error, enabled = _Requests(connection).handshake(mechanism)
+    plain = without_sasl(protocol)
+    if protocol.upper().startswith("SASL_") and error == _ILLEGAL_SASL_STATE:
+        return (
+            f"takes no SASL login on this port (a {plain} listener), while "
+            f"security_protocol is {protocol.upper()} with a {mechanism} login: use "
+            f"the port of the brokers' {protocol.upper()} listener in "
+            f"kafka.bootstrap.servers, or set security_protocol to {plain} and "
+            "drop the login (username, password) from the credentials"
+        )
+    if not protocol.upper().startswith("SASL_") and error in (
+        0,
+        _UNSUPPORTED_MECHANISM,
+    ):
+        return (
+            f"expects a SASL login on this port (a SASL_{plain} listener, taking "
+            f"{', '.join(enabled) or 'no mechanism'}), while security_protocol is "
+            f"{protocol.upper()}: set security_protocol to SASL_{plain} with "
+            "sasl_mechanism, username and password in the credentials, or use the "
+            f"port of the brokers' {protocol.upper()} listener"
+        )
+    return None
 
 
 def login_refusal(
@@ -56,6 +101,10 @@ def login_refusal(
             return None
 
 
+class NotKafkaError(ValueError):
+    """What answered is not a Kafka broker."""
+
+
 class _Requests:
     """Kafka requests (header v1, not flexible) on a blocking connection."""
 
@@ -87,6 +136,8 @@ class _Requests:
         header = struct.pack(">hhi", api_key, 1, self._correlation) + _string("check")
         self._connection.sendall(struct.pack(">i", len(header + body)) + header + body)
         (size,) = struct.unpack(">i", self._read(4))
+        if not 4 <= size <= _LARGEST_ANSWER:
+            raise NotKafkaError(f"not a Kafka answer (a size of {size} bytes)")
         answer = self._read(size)
         if struct.unpack_from(">i", answer)[0] != self._correlation:
             raise ValueError("an answer to another request")

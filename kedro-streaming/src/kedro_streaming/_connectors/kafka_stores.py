@@ -25,7 +25,8 @@ def read_store(location: str, kind: str) -> bytes:
     except OSError as error:
         raise StreamingConfigError(
             f"the {_STORE_NAMES[kind]} {location} ({setting} in the credentials) "
-            f"cannot be read: {error.strerror}"
+            f"cannot be read: {error.strerror}: give the path of a file this user "
+            "can read"
         ) from None
 
 
@@ -53,8 +54,8 @@ def open_store(location, kind, password, data, store, key_password=None):  # noq
         data, password = _jks_as_pkcs12(location, password, store, key_password)
     elif kind != "PKCS12":
         raise StreamingConfigError(
-            f"kafka.ssl.{store}.type {kind!r} is not one Kafka reads: JKS, PKCS12 "
-            "or PEM"
+            f"kafka.ssl.{store}.type {kind!r} is not one Kafka reads: set JKS, "
+            "PKCS12 or PEM in the credentials"
         )
     try:
         loaded = pkcs12.load_pkcs12(data, password.encode() if password else None)
@@ -62,7 +63,7 @@ def open_store(location, kind, password, data, store, key_password=None):  # noq
         raise StreamingConfigError(
             f"the {_STORE_NAMES[store]} password (kafka.ssl.{store}.password in the "
             f"credentials) does not open {location}, or the file is not a "
-            f"{kind} store"
+            f"{kind} store: check the password, and kafka.ssl.{store}.type"
         ) from None
     certificate = loaded.cert.certificate if loaded.cert else None
     others = [c.certificate for c in loaded.additional_certs]
@@ -110,7 +111,8 @@ def _jks_as_pkcs12(location, password, store, key_password):
             raise StreamingConfigError(
                 f"the {_STORE_NAMES[store]} password (kafka.ssl.{store}.password in "
                 f"the credentials) does not open {location}, or the file is not a "
-                f"JKS store ({done.stdout.strip().splitlines()[-1:] or ['keytool']})"
+                f"JKS store ({done.stdout.strip().splitlines()[-1:] or ['keytool']}): "
+                f"check the password, and kafka.ssl.{store}.type"
             )
         return target.read_bytes(), fresh
 

@@ -28,6 +28,7 @@ show.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -102,8 +103,10 @@ def expectations_from_config(
                 "that a good record satisfies, e.g. `<column> >= 0` or `<column> IS NOT NULL`."
             )
         if action not in ACTIONS:
+            close = difflib.get_close_matches(str(action), ACTIONS, n=1, cutoff=0.6)
             raise StreamingConfigError(
-                f"{where}: action {action!r} is not one of {', '.join(ACTIONS)}."
+                f"{where}: action {action!r} is not one of {', '.join(ACTIONS)}"
+                + (f": did you mean {close[0]!r}?" if close else ".")
             )
         expectations.append(Expectation(name, expect.strip(), action))
     return expectations

@@ -63,6 +63,72 @@ def _declared(catalog: DataCatalog, name: str) -> bool:
     return name in catalog and not isinstance(catalog[name], MemoryDataset)
 
 
+def check_entries_named_as_used(
+    catalog: DataCatalog, pipeline: Pipeline, used_elsewhere: set[str] | None = None
+) -> None:
+    """Fails when the pipeline uses a dataset that the catalog does not
+    declare while it declares a streaming entry of a close name that no
+    pipeline uses: a misspelt entry, with which Kedro would keep the
+    pipeline's dataset in memory (a sink never written, a query never
+    started) and run the rest as if nothing were wrong.
+
+    Args:
+        used_elsewhere: The datasets of the project's other pipelines
+            (default: those of every pipeline :func:`all_pipelines` finds).
+    """
+    used = pipeline.datasets()
+    undeclared = sorted(
+        name
+        for name in used
+        if not name.startswith("params:") and name != "parameters"
+        if name not in catalog or isinstance(catalog.get(name), MemoryDataset)
+    )
+    unused = [
+        name
+        for name in catalog.keys()  # noqa: SIM118 (Kedro's catalog)
+        if name not in used and "kedro_streaming" in str(catalog.get_type(name) or "")
+    ]
+    lines = []
+    for name in undeclared:
+        close = difflib.get_close_matches(name, unused, n=1, cutoff=0.8)
+        if close and used_elsewhere is None:  # read only when it may matter
+            used_elsewhere = set().union(
+                *(each.datasets() for each in all_pipelines().values())
+            )
+        if close and close[0] not in (used_elsewhere or set()):
+            lines.append(
+                f"the pipeline uses '{name}', which the catalog does not declare, "
+                f"and the catalog declares '{close[0]}', which no pipeline uses: "
+                f"rename the entry '{close[0]}' to '{name}' (or the node's dataset "
+                f"to '{close[0]}'); as it is, Kedro would keep '{name}' in memory "
+                "and never write it"
+            )
+    if lines:
+        raise StreamingConfigError(
+            "A catalog entry's name is not the pipeline's:\n  - " + "\n  - ".join(lines)
+        )
+
+
+def all_pipelines() -> dict[str, Pipeline]:
+    """Every pipeline of the project, whichever the run's ``--pipelines``
+    (Kedro then loads those only); none outside a project."""
+    try:
+        from kedro.framework.project import find_pipelines, pipelines  # noqa: PLC0415
+    except ImportError:
+        return {}
+    # `kedro run --pipelines` has find_pipelines find those only (Kedro 1.x).
+    requested = getattr(pipelines, "_requested_pipelines", None)
+    try:
+        if requested is not None:
+            pipelines._requested_pipelines = None
+        return find_pipelines()
+    except Exception:  # noqa: BLE001 (no project configured: none)
+        return {}
+    finally:
+        if requested is not None:
+            pipelines._requested_pipelines = requested
+
+
 def check_paths_reach_the_cluster(
     paths: dict[str, list[str]], where: str, env: str | None = None
 ) -> None:

@@ -23,7 +23,9 @@ from kedro_streaming._connectors.files import (
 )
 from kedro_streaming._connectors.registry import CONNECTORS
 from kedro_streaming._run.catalog import (
+    all_pipelines,
     check_catalog_has,
+    check_entries_named_as_used,
     check_paths_reach_the_cluster,
     check_paths_resolve_in_the_project,
     check_streams_have_sinks,
@@ -153,6 +155,28 @@ def run_readers(
     return readers
 
 
+_RUN_THE_WRITER = "(`kedro run --pipelines <name>`)"
+
+
+def _with_writers(name: str, problem: str) -> str:
+    """``problem``, its "run the pipeline that writes it first" naming the
+    project's pipelines that write ``name``, when some do."""
+    if _RUN_THE_WRITER not in problem:
+        return problem
+    writers = sorted(
+        key
+        for key, each in all_pipelines().items()
+        if key != "__default__" and name in each.all_outputs()
+    )
+    if not writers:
+        return problem
+    return problem.replace(
+        _RUN_THE_WRITER,
+        f"(the {' and '.join(writers)} pipeline writes it: `kedro run --pipelines "
+        f"{writers[0]}`, with this run's --env)",
+    )
+
+
 def check_configuration(
     sinks: dict[str, SparkStreamingDataset],
     sources: dict[str, SparkStreamingDataset],
@@ -167,7 +191,7 @@ def check_configuration(
         for problem in dataset.sink_problems()
     ]
     problems += [
-        f"'{name}' {problem}"
+        f"'{name}' {_with_writers(name, problem)}"
         for name, dataset in sources.items()
         for problem in dataset.source_problems()
     ]
@@ -213,6 +237,7 @@ def check_before_spark(
     planner_warm_up(settings)
     other_envs = other_envs or dict
     check_catalog_has(catalog, pipeline, other_envs)
+    check_entries_named_as_used(catalog, pipeline)
     sinks = streaming_datasets(catalog, pipeline.all_outputs())
     check_paths_resolve_in_the_project(
         {

@@ -37,6 +37,7 @@ from kedro_streaming._run.checks import (
     run_trigger,
 )
 from kedro_streaming._run.console import run_console
+from kedro_streaming._run.constants import check_constants
 from kedro_streaming._run.endpoint import metrics_endpoint, serve_metrics
 from kedro_streaming._run.metrics import check_port_free
 from kedro_streaming._run.planner_warmup import planner_warm_up
@@ -198,6 +199,7 @@ class StreamingQueryHooks:
         planning = time.monotonic()
         bounded = run_trigger(self._settings) is not None
         plans = check_plans(spark, catalog, pipeline, sinks, bounded=bounded)
+        check_constants(spark, catalog, pipeline, plans)
         planning = time.monotonic() - planning
         register_avro_values(catalog, pipeline, sinks, plans)
         logger.info(

@@ -231,11 +231,32 @@ def _quiet_local_logs(spark: SparkSession) -> None:
             "Spark UI: %s (Structured Streaming tab: each query's batches).",
             spark.sparkContext.uiWebUrl,
         )
+        moved = ui_port_moved(
+            _settings.get("spark.ui.port", ""), spark.sparkContext.uiWebUrl
+        )
+        if moved:
+            logger.warning(moved)
     # Delta's MERGE keeps its source in a local checkpoint, and Spark warns
     # that such an RDD cannot be recomputed, at every MERGE: not a problem.
     log4j = jvm_of(spark).org.apache.logging.log4j
     log4j.core.config.Configurator.setLevel(
         "org.apache.spark.rdd.MapPartitionsRDD", log4j.Level.ERROR
+    )
+
+
+def ui_port_moved(asked: str, url: str) -> str | None:
+    """What to say when Spark's UI is not on the port asked for (``asked``:
+    spark.ui.port, empty for Spark's 4040): Spark takes the next free one
+    when it is taken, by another run's UI or another program."""
+    wanted = int(asked) if str(asked).strip().isdigit() else 4040
+    got = url.rstrip("/").rpartition(":")[2]
+    if wanted == 0 or not got.isdigit() or int(got) == wanted:
+        return None
+    return (
+        f"Spark UI: port {wanted} is taken (another run's Spark UI, or another "
+        f"program), so Spark took {got}, the next free one: the UI is at {url}. "
+        "To choose its port, set spark_ui_port in streaming.yml (or `--params "
+        "spark_ui_port=<port>`)."
     )
 
 

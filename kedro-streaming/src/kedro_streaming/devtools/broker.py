@@ -41,6 +41,7 @@ from kedro_streaming.devtools.broker_jars import (
 )
 from kedro_streaming.devtools.local_kafka import LocalKafka
 from kedro_streaming.devtools.processes import (
+    HOST,
     free_ports,
     pid_alive,
     pid_cmdline,
@@ -117,11 +118,13 @@ def start(
     heap: str = "512m",
     timeout: float = 90,
     tls_ports: Mapping[str, int] | None = None,
+    port_origin: str = "--port",
 ) -> int:
     """Starts a detached broker on ``data_dir`` unless it runs; prints its address.
 
     With ``tls_ports`` (``{"SSL": 9093, "MTLS": 9094, "SASL_SSL": 9095}``, 0
-    for any free port), it has TLS listeners too.
+    for any free port), it has TLS listeners too. ``port_origin`` says where
+    ``port`` was read, for the message when it is taken.
     """
     with _locked(data_dir):
         state = read_state(data_dir, STATE_FILE)
@@ -132,11 +135,7 @@ def start(
         if port and not port_is_free(port):
             # Most likely another broker (Docker's?) on the same port: say so
             # rather than start a second one that clients would not reach.
-            raise BrokerError(
-                f"port {port} is in use: is another Kafka running? Choose another "
-                "with --port (--port 0: a free one), then set kafka.bootstrap_servers "
-                "in conf/<env>/globals.yml to the address it prints"
-            )
+            raise BrokerError(port_taken(port, port_origin))
         kafka = LocalKafka(
             port=port or None,
             sasl_users=sasl_users or None,
@@ -168,6 +167,25 @@ def start(
         )
     say(kafka.bootstrap_servers)
     return 0
+
+
+def port_taken(port: int, origin: str) -> str:
+    """Why a broker cannot start on ``port`` (read from ``origin``), what
+    has it, and what to do."""
+    elsewhere = (
+        "start this one on another port: `kedro streams broker start --port "
+        "<port>` (--port 0: a free one), then set kafka.bootstrap_servers in "
+        "conf/<env>/globals.yml to the address it prints"
+    )
+    try:
+        probe(f"{HOST}:{port}", timeout=2.0)
+    except KafkaError:
+        return f"port {port} ({origin}) is taken by another program: stop it, or {elsewhere}"
+    return (
+        f"port {port} ({origin}) is taken by a Kafka broker that this command "
+        "did not start (Docker's, or another project's): use that broker as it "
+        f"is (nothing to start), or {elsewhere}"
+    )
 
 
 def _state(kafka: LocalKafka) -> dict:

@@ -79,7 +79,7 @@ def choose_ports(
         )
     for wanted_port in wanted:
         if not port_is_free(wanted_port):
-            raise BrokerError(f"port {wanted_port} on {HOST} is already in use")
+            raise BrokerError(_taken(wanted_port))
     # Spares, in case one equals a requested port.
     free = iter(free_ports(5 + len(tls_names) + len(requested)))
     used = set(requested)
@@ -97,9 +97,20 @@ def choose_ports(
     for name in tls_names:
         asked = tls_ports.get(name)
         if asked and not port_is_free(asked):
-            raise BrokerError(f"port {asked} on {HOST} is already in use")
+            raise BrokerError(_taken(asked, name))
         listeners.tls_ports[name] = asked or pick()
     return listeners
+
+
+def _taken(port: int, listener: str | None = None) -> str:
+    """A port asked for that is taken, and what to do."""
+    option = "--tls-ports" if listener else "--port or --sasl-port"
+    return (
+        f"port {port} on {HOST}"
+        + (f" (the {listener} listener's)" if listener else "")
+        + f" is already in use (another Kafka?): give another with {option} "
+        "(0: a free one)"
+    )
 
 
 def server_properties(

@@ -88,8 +88,9 @@ def start(
     others = {port: name for name, port in (listeners or {}).items() if port}
     if users and sasl_port:
         others[sasl_port] = "SASL_PLAINTEXT"
+    origin = "--port"
     if port is None:
-        port = _plain_port(env, others)
+        port, origin = _plain_port(env, others)
     elif port in others:
         raise ValueError(
             f"--port {port} is the {others[port]} listener's too: give another "
@@ -103,6 +104,7 @@ def start(
         heap=heap,
         timeout=timeout,
         tls_ports=listeners,
+        port_origin=origin,
     )
 
 
@@ -168,25 +170,27 @@ def add_users(
     return 0
 
 
-def _plain_port(env: str, others: dict[int, str]) -> int:
-    """The PLAINTEXT listener's port: that of ``kafka.bootstrap_servers``
-    unless one of ``others`` (the broker's other listeners) has it, as when
-    the project talks to the SASL_SSL one; then Kafka's usual 9092, or any
-    free port (0) if that is taken."""
+def _plain_port(env: str, others: dict[int, str]) -> tuple[int, str]:
+    """The PLAINTEXT listener's port, and where it was read: that of
+    ``kafka.bootstrap_servers`` unless one of ``others`` (the broker's other
+    listeners) has it, as when the project talks to the SASL_SSL one; then
+    Kafka's usual 9092, or any free port (0) if that is taken."""
     try:
         servers = kafka_conf(env)[0]["bootstrap_servers"]
+        origin = f"kafka.bootstrap_servers of conf/{env}/globals.yml: {servers}"
     except ValueError:  # conf/<env> not written yet: Kafka's usual port
         servers = "localhost:9092"
+        origin = f"Kafka's usual port: conf/{env}/globals.yml sets none"
     port = int(servers.split(",")[0].rpartition(":")[2])
     if port not in others:
-        return port
+        return port, origin
     plain = 9092 if 9092 not in others and port_is_free(9092) else 0
     say(
         f"kafka.bootstrap_servers of conf/{env} ({servers}) is the {others[port]} "
         f"listener's: the PLAINTEXT listener takes {plain or 'a free port'}",
         file=sys.stderr,
     )
-    return plain
+    return plain, "Kafka's usual port"
 
 
 def _sasl_users(specs: tuple[str, ...]) -> dict[str, str]:
