@@ -221,7 +221,8 @@ BROKEN_SECOND_NODES = {
         "format for defining an interval. You can reference the documentation for "
         "the correct format. If the issue persists, please double check that the "
         "input value is not null or empty and try again. SQLSTATE: 22006 (the "
-        "value of params:delay)",
+        "value of params:delay). Fix: give params:delay an interval Spark reads, "
+        "e.g. '10 minutes', '30 seconds' or '1 hour', in conf/<env>/parameters*.yml",
     ),
     "aggregation without watermark in append mode": (
         node(counted, "in", "second", name="b_count"),

@@ -280,6 +280,11 @@ def node_failure(error: BaseException, inputs: dict[str, Any]) -> str:
     ]
     if named:
         cause += f" (the value of {', '.join(named)})"
+        if "CANNOT_PARSE_INTERVAL" in cause:
+            cause += (
+                f". Fix: give {named[0]} an interval Spark reads, e.g. '10 "
+                "minutes', '30 seconds' or '1 hour', in conf/<env>/parameters*.yml"
+            )
     return cause
 
 
