@@ -239,13 +239,19 @@ def _log_command(command: list, seconds: float) -> None:
 
 
 def kedro_run(
-    bin_dir: Path, project: Path, *args: str, params=BOUNDED, check: bool = True
+    bin_dir: Path,
+    project: Path,
+    *args: str,
+    params=BOUNDED,
+    check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     return run(
         [bin_dir / "kedro", "run", *args, *params],
         cwd=project,
         timeout=600,
         check=check,
+        env=env,
     )
 
 
