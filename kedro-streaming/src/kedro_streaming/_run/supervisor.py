@@ -38,6 +38,10 @@ from kedro_streaming._run.realtime import (
 )
 from kedro_streaming._run.session import spark_session
 from kedro_streaming._run.state import StreamState
+from kedro_streaming._run.timer_warnings import (
+    DeletedTimerWarnings,
+    count_deleted_timer_warnings,
+)
 from kedro_streaming._spark import headline, jvm_of
 from kedro_streaming.errors import StreamingConfigError, StreamingQueryFailed
 
@@ -77,6 +81,10 @@ class QuerySupervisor:
         # What puts the nodes' own functions back (the dry run replays them).
         self.put_back_nodes: Callable[[], None] = _nothing
         self._put_back_loggers: Callable[[], None] = _nothing
+        # Spark's warning for a missing timer deleted, counted from the
+        # first query's start; None before it, or over Spark Connect.
+        self._timer_warnings: DeletedTimerWarnings | None = None
+        self._counting_timer_warnings = False
 
     def watch_signals(self) -> None:
         self._signals.install()
@@ -92,6 +100,9 @@ class QuerySupervisor:
                 self.stop_all()
                 raise StreamingConfigError(f"'{name}': {problem}.")
         self._observations.report_once(name, data, self._progress, self._checkpoint)
+        if not self._counting_timer_warnings:
+            self._counting_timer_warnings = True
+            self._timer_warnings = count_deleted_timer_warnings(data.sparkSession)
         missed = self._state.note_unlogged(name, self._checkpoint(name))
         if missed:
             logger.warning(
@@ -181,6 +192,9 @@ class QuerySupervisor:
         self.put_back_nodes = _nothing
         self._put_back_loggers()
         self._put_back_loggers = _nothing
+        if self._timer_warnings is not None:
+            self._timer_warnings.stop()
+            self._timer_warnings = None
         self._state.stopped(list(self._queries))
         if self._metrics is not None and self._failed:
             serve_the_failure(
@@ -215,6 +229,9 @@ class QuerySupervisor:
                 self._metrics.look(name, query)
             elif query.exception() is None:  # else failed, set by `_wait`
                 self._metrics.status(name, "stopped")
+        # After the progress lines of the batches that logged them.
+        if self._timer_warnings is not None:
+            self._timer_warnings.say_once()
 
     def _wait(self, done: Callable[[], bool]) -> None:
         """Polls until ``done()``, a stop request or a failed query."""
