@@ -82,18 +82,10 @@ def _listener_problem(
     """Whether the first broker of ``servers`` answers as Kafka, on a
     listener that takes a SASL login if and only if ``security`` logs in
     (:func:`listener_mismatch`); None when it does, or when this cannot tell."""
-    host, _, port = servers.split(",", maxsplit=1)[0].strip().rpartition(":")
-    host = host.strip("[]")
     mechanism = security.mechanism if security.uses_sasl else "PLAIN"
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as raw:
-            connection = (
-                security.ssl_context.wrap_socket(raw, server_hostname=host)
-                if security.uses_tls
-                else raw
-            )
-            with connection:
-                return listener_mismatch(connection, security.protocol, mechanism)
+        with _first_broker(servers, security, timeout) as connection:
+            return listener_mismatch(connection, security.protocol, mechanism)
     except NotKafkaError:
         return (
             "answers, but not as a Kafka broker: is it the port of another "
@@ -114,25 +106,31 @@ def login_problem(
     Kafka client's own attempt then says."""
     if not security.uses_sasl or security.mechanism not in MECHANISMS:
         return None
-    host, _, port = servers.split(",", maxsplit=1)[0].strip().rpartition(":")
-    host = host.strip("[]")
     client = security.kafka_python()
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as raw:
-            connection = (
-                security.ssl_context.wrap_socket(raw, server_hostname=host)
-                if security.uses_tls
-                else raw
+        with _first_broker(servers, security, timeout) as connection:
+            return login_refusal(
+                connection,
+                security.mechanism,
+                client["sasl_plain_username"] or "",
+                client["sasl_plain_password"] or "",
             )
-            with connection:
-                return login_refusal(
-                    connection,
-                    security.mechanism,
-                    client["sasl_plain_username"] or "",
-                    client["sasl_plain_password"] or "",
-                )
     except (OSError, ValueError, KeyError, struct.error):
         return None
+
+
+@contextlib.contextmanager
+def _first_broker(servers: str, security: KafkaSecurity, timeout: float):
+    """A connection to the first broker of ``servers``, over TLS if
+    ``security`` uses it."""
+    host, _, port = servers.split(",", maxsplit=1)[0].strip().rpartition(":")
+    host = host.strip("[]")
+    with socket.create_connection((host, int(port)), timeout=timeout) as raw:
+        if not security.uses_tls:
+            yield raw
+            return
+        with security.ssl_context.wrap_socket(raw, server_hostname=host) as tls:
+            yield tls
 
 
 def _answers_kafka(connection) -> bool:

@@ -20,9 +20,8 @@ from typing import Any
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 
-from kedro_streaming._run.plans import Plans, _leaves
+from kedro_streaming._run.plans import Plans, _leaves, raise_problems
 from kedro_streaming._spark import headline, java_frame, jvm_of
-from kedro_streaming.errors import StreamingConfigError
 
 _PYSPARK_ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
@@ -148,11 +147,4 @@ def check_constants(
         StreamingConfigError: A query's plan holds a constant Spark refuses.
     """
     add_constant_problems(spark, catalog, pipeline, plans)
-    if plans.problems:
-        raise StreamingConfigError(
-            "Streaming queries cannot start as the pipeline's nodes build them "
-            "(`kedro streams validate` lists the same):\n"
-            + "\n".join(
-                "  - " + problem.replace("\n", "\n    ") for problem in plans.problems
-            )
-        )
+    raise_problems(plans)

@@ -174,6 +174,16 @@ def check_plans(
     plans = build_plans(spark, catalog, pipeline, sinks, bounded=bounded)
     for note in plans.notes:  # said whether the run goes on or not
         logger.warning("%s.", note)
+    raise_problems(plans)
+    return plans
+
+
+def raise_problems(plans: Plans) -> None:
+    """Fails on the queries that cannot start as their nodes build them.
+
+    Raises:
+        StreamingConfigError: ``plans`` has problems, one line each.
+    """
     if plans.problems:
         raise StreamingConfigError(
             "Streaming queries cannot start as the pipeline's nodes build them "
@@ -182,7 +192,6 @@ def check_plans(
                 "  - " + problem.replace("\n", "\n    ") for problem in plans.problems
             )
         )
-    return plans
 
 
 def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
