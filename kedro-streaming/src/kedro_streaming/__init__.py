@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from ._lazy import attach
 
-__version__ = "0.9.8"
+__version__ = "0.10.0"
 
 # The public interface: each name and the private module that holds it.
 _PUBLIC = {
