@@ -47,14 +47,19 @@ from support.compare import (
 )
 from support.metrics import Scraper
 from support.processes import start_kedro
-from support.project import assert_tidy_home, generate_project, installed_from
+from support.project import (
+    USER_FOLDER,
+    assert_tidy_home,
+    generate_project,
+    installed_from,
+)
 from support.prometheus import Prometheus
 
 
 def test_project_passes_ruff_and_its_own_tests(
     generated_project, project_bin, tmp_path
 ):
-    project = tmp_path / "project"
+    project = tmp_path / USER_FOLDER / "project"
     shutil.copytree(generated_project, project)
     assert_tidy_home(project, project_bin)
     # Made from a clone that is gone, installed after a move (the fixtures):
