@@ -442,7 +442,7 @@ CASES = [
         'be cast to "DOUBLE" because it is malformed. Correct the value as per '
         "the syntax, or change its target type. Use `try_cast` to tolerate "
         "malformed input and return NULL instead. SQLSTATE: 22018 (the value of "
-        "params:alerts.max_avg_temperature_c) Fix: in conf/<env>/parameters*.yml, "
+        "params:alerts.max_avg_temperature_c). Fix: in conf/<env>/parameters*.yml, "
         "give params:alerts.max_avg_temperature_c a value of the type Spark "
         "casts it to",
         True,

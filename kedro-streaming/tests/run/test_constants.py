@@ -41,7 +41,7 @@ def test_a_word_where_a_number_goes_is_refused_naming_its_parameter(spark, readi
         'cast to "DOUBLE" because it is malformed. Correct the value as per the '
         "syntax, or change its target type. Use `try_cast` to tolerate malformed "
         "input and return NULL instead. SQLSTATE: 22018 (the value of "
-        "params:alerts.max) Fix: in conf/<env>/parameters*.yml, give "
+        "params:alerts.max). Fix: in conf/<env>/parameters*.yml, give "
         "params:alerts.max a value of the type Spark casts it to"
     )
     assert plans.frames == {}

@@ -110,7 +110,7 @@ def add_constant_problems(
             )
             plans.problems.append(
                 f"query {name} (node {node.name if node else name}): {failure}"
-                f"{where} Fix: {fix}"
+                f"{where}. Fix: {fix}"
             )
         del plans.frames[name]
 

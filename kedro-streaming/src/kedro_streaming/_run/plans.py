@@ -26,6 +26,7 @@ from kedro.io import DataCatalog
 from kedro.io.core import DatasetError
 from kedro.pipeline import Node, Pipeline
 from pyspark.errors import AnalysisException
+from pyspark.logger import PySparkLogger
 from pyspark.sql import functions as F
 
 from kedro_streaming._connectors.dataset import SparkStreamingDataset
@@ -56,6 +57,8 @@ _NOTHING_YET = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA", "DELTA_SCHEMA_NOT_SE
 # What a node's run logs itself, and each load: the dry run reports a
 # failure once, as its own line, and a real run's log shows its loads once.
 _QUIET_LOGGERS = ("kedro.pipeline.node", "kedro.io.data_catalog")
+# PySpark's own, of its own logger class (their calls pass it extra fields).
+_PYSPARK_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
 @dataclass
@@ -402,7 +405,11 @@ def _queries_of(
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    # PySpark logs a node's error with the DataFrame's call site, its whole
+    # Java stack (22 kB), before the dry run says it in one line.
+    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS] + [
+        PySparkLogger.getLogger(name) for name in _PYSPARK_LOGGERS
+    ]
     levels = [each.level for each in loggers]
     for each in loggers:
         each.setLevel(logging.CRITICAL)
