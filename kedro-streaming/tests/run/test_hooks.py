@@ -207,6 +207,12 @@ def counted(frame):
     return frame.groupBy("id").count()
 
 
+def windowed(frame, duration):
+    return (
+        frame.withWatermark("at", "1 minute").groupBy(F.window("at", duration)).count()
+    )
+
+
 def watermarked_twice(frame):
     return frame.withWatermark("at", "1 minute").withWatermark("at", "5 minutes")
 
@@ -217,6 +223,17 @@ BROKEN_SECOND_NODES = {
     "invalid watermark delay from a parameter": (
         node(watermarked, ["in", "params:delay"], "second", name="b_watermark"),
         "query second: node b_watermark fails: [CANNOT_PARSE_INTERVAL] Unable to "
+        "parse '10 minuets'. Please ensure that the value provided is in a valid "
+        "format for defining an interval. You can reference the documentation for "
+        "the correct format. If the issue persists, please double check that the "
+        "input value is not null or empty and try again. SQLSTATE: 22006 (the "
+        "value of params:delay). Fix: give params:delay an interval Spark reads, "
+        "e.g. '10 minutes', '30 seconds' or '1 hour', in conf/<env>/parameters*.yml",
+    ),
+    # PySpark logs this one itself too, with the DataFrame's call site.
+    "invalid window duration from a parameter": (
+        node(windowed, ["in", "params:delay"], "second", name="b_window"),
+        "query second: node b_window fails: [CANNOT_PARSE_INTERVAL] Unable to "
         "parse '10 minuets'. Please ensure that the value provided is in a valid "
         "format for defining an interval. You can reference the documentation for "
         "the correct format. If the issue persists, please double check that the "
@@ -246,7 +263,7 @@ BROKEN_SECOND_NODES = {
 
 
 @pytest.mark.parametrize("case", BROKEN_SECOND_NODES)
-def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
+def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case, capfd):
     """`kedro run` builds every query before the first starts, as `validate`
     does: the first query would start and write its checkpoint, then the
     second node fail with a long trace."""
@@ -280,6 +297,8 @@ def test_a_node_mistake_fails_the_run_before_any_query_starts(spark, case):
     )
     assert catalog["first"].query is None
     assert sorted(path.name for path in here.iterdir()) == ["in"]
+    # Said once: not again by PySpark's own logger, with the JVM's stack.
+    assert "DataFrameQueryContextLogger" not in capfd.readouterr().err
 
 
 def test_each_node_runs_once_and_the_run_starts_what_was_checked(spark, caplog):
