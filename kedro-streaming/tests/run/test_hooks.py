@@ -217,29 +217,27 @@ def watermarked_twice(frame):
     return frame.withWatermark("at", "1 minute").withWatermark("at", "5 minutes")
 
 
+# Spark's reason for `params:delay` ("10 minuets"), and the fix.
+UNPARSABLE_DELAY = (
+    "[CANNOT_PARSE_INTERVAL] Unable to parse '10 minuets'. Please ensure that the "
+    "value provided is in a valid format for defining an interval. You can "
+    "reference the documentation for the correct format. If the issue persists, "
+    "please double check that the input value is not null or empty and try "
+    "again. SQLSTATE: 22006 (the value of params:delay). Fix: give params:delay "
+    "an interval Spark reads, e.g. '10 minutes', '30 seconds' or '1 hour', in "
+    "conf/<env>/parameters*.yml"
+)
 # A second node that cannot start its query, and the problem's line (Spark's
 # reason after the node's name).
 BROKEN_SECOND_NODES = {
     "invalid watermark delay from a parameter": (
         node(watermarked, ["in", "params:delay"], "second", name="b_watermark"),
-        "query second: node b_watermark fails: [CANNOT_PARSE_INTERVAL] Unable to "
-        "parse '10 minuets'. Please ensure that the value provided is in a valid "
-        "format for defining an interval. You can reference the documentation for "
-        "the correct format. If the issue persists, please double check that the "
-        "input value is not null or empty and try again. SQLSTATE: 22006 (the "
-        "value of params:delay). Fix: give params:delay an interval Spark reads, "
-        "e.g. '10 minutes', '30 seconds' or '1 hour', in conf/<env>/parameters*.yml",
+        f"query second: node b_watermark fails: {UNPARSABLE_DELAY}",
     ),
     # PySpark logs this one itself too, with the DataFrame's call site.
     "invalid window duration from a parameter": (
         node(windowed, ["in", "params:delay"], "second", name="b_window"),
-        "query second: node b_window fails: [CANNOT_PARSE_INTERVAL] Unable to "
-        "parse '10 minuets'. Please ensure that the value provided is in a valid "
-        "format for defining an interval. You can reference the documentation for "
-        "the correct format. If the issue persists, please double check that the "
-        "input value is not null or empty and try again. SQLSTATE: 22006 (the "
-        "value of params:delay). Fix: give params:delay an interval Spark reads, "
-        "e.g. '10 minutes', '30 seconds' or '1 hour', in conf/<env>/parameters*.yml",
+        f"query second: node b_window fails: {UNPARSABLE_DELAY}",
     ),
     "aggregation without watermark in append mode": (
         node(counted, "in", "second", name="b_count"),
