@@ -8,6 +8,7 @@ answers ``None`` and the caller leaves the check to the server.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pyspark
 from kedro.io.core import DatasetError
 from pyspark import SparkContext
+from pyspark.logger import PySparkLogger
 from pyspark.sql.streaming import DataStreamWriter
 
 # The trigger of Spark's Real-Time Mode (4.1+).
@@ -114,3 +116,24 @@ def with_trigger(writer: DataStreamWriter, trigger: dict[str, Any]) -> DataStrea
     triggers = SparkContext._jvm.org.apache.spark.sql.streaming.Trigger
     writer._jwrite = java_writer.trigger(triggers.RealTime(str(interval)))
     return writer
+
+
+# PySpark's loggers of the errors it converts, each with where the DataFrame
+# was made and the Java stack (about 22 kB).
+_QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+@contextlib.contextmanager
+def pyspark_error_logs_off() -> Iterator[None]:
+    """PySpark logs an error with its Java stack as it raises it; within
+    this, the error the caller raises or reports says all there is to say."""
+    # PySpark's own logger class: a plain one would not take its extra fields.
+    loggers = [PySparkLogger.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
+    before = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        yield
+    finally:
+        for logger, disabled in zip(loggers, before, strict=True):
+            logger.disabled = disabled

@@ -27,20 +27,19 @@ show.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.logger import PySparkLogger
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
 from kedro_streaming._nodes.records import record_origin, sql_name
+from kedro_streaming._spark import pyspark_error_logs_off
 from kedro_streaming.errors import StreamingConfigError
 
 ACTIONS = ("warn", "quarantine", "fail")
@@ -299,7 +298,7 @@ def _check_rules(
     the one that is wrong (Spark Connect included).
     """
     try:
-        with _pyspark_error_logs_off():
+        with pyspark_error_logs_off():
             # A line break before the parenthesis ends a rule's -- comment.
             kinds = records.selectExpr(
                 *[f"({e.expect}\n) AS _rule_{i}" for i, e in enumerate(expectations)]
@@ -327,7 +326,7 @@ def _check_rules(
 
 def _parsed(expectation: Expectation, records: DataFrame, declared_in: str) -> Column:
     try:
-        with _pyspark_error_logs_off():
+        with pyspark_error_logs_off():
             return F.expr(expectation.expect)
     except AnalysisException as error:  # ParseException is one
         raise _cannot_check(expectation, records, declared_in, error) from None
@@ -337,7 +336,7 @@ def _analysed(
     records: DataFrame, expectation: Expectation, rule: Column, declared_in: str
 ) -> None:
     try:
-        with _pyspark_error_logs_off():
+        with pyspark_error_logs_off():
             records.select(rule.alias("rule")).schema  # noqa: B018 (analyses it)
     except AnalysisException as error:
         raise _cannot_check(expectation, records, declared_in, error) from None
@@ -359,22 +358,3 @@ def _cannot_check(
 
 def _where(expectation: Expectation, declared_in: str) -> str:
     return f"expectation '{expectation.name}' ({declared_in})"
-
-
-@contextlib.contextmanager
-def _pyspark_error_logs_off() -> Iterator[None]:
-    """PySpark logs an analysis error with its Java stack as it raises it;
-    the error raised instead says all there is to say."""
-    # PySpark's own logger class: a plain one would not take its extra fields.
-    loggers = [
-        PySparkLogger.getLogger(name)
-        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
-    ]
-    before = [logger.disabled for logger in loggers]
-    for logger in loggers:
-        logger.disabled = True
-    try:
-        yield
-    finally:
-        for logger, disabled in zip(loggers, before, strict=True):
-            logger.disabled = disabled

@@ -12,18 +12,18 @@ starts.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 
 from kedro_streaming._run.plans import Plans, _leaves, raise_problems
-from kedro_streaming._spark import headline, java_frame, jvm_of
-
-_PYSPARK_ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+from kedro_streaming._spark import (
+    headline,
+    java_frame,
+    jvm_of,
+    pyspark_error_logs_off,
+)
 
 
 def constant_failures(spark: Any, frame: Any) -> list[str]:
@@ -34,7 +34,7 @@ def constant_failures(spark: Any, frame: Any) -> list[str]:
     frame_jvm, jvm = java_frame(frame), jvm_of(spark)
     if jvm is None or frame_jvm is None:
         return []
-    with _pyspark_error_logs_off():
+    with pyspark_error_logs_off():
         try:
             folding = getattr(
                 getattr(
@@ -63,21 +63,6 @@ def _sql_state(error: BaseException) -> str:
         if state:
             return str(state)
     return ""
-
-
-@contextmanager
-def _pyspark_error_logs_off() -> Iterator[None]:
-    """PySpark logs each error it converts, with where the DataFrame was
-    made: the check says it once, its own way."""
-    loggers = [logging.getLogger(name) for name in _PYSPARK_ERROR_LOGGERS]
-    disabled = [each.disabled for each in loggers]
-    for each in loggers:
-        each.disabled = True
-    try:
-        yield
-    finally:
-        for each, was in zip(loggers, disabled, strict=True):
-            each.disabled = was
 
 
 def add_constant_problems(

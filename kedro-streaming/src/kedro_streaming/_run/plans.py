@@ -26,7 +26,6 @@ from kedro.io import DataCatalog
 from kedro.io.core import DatasetError
 from kedro.pipeline import Node, Pipeline
 from pyspark.errors import AnalysisException
-from pyspark.logger import PySparkLogger
 from pyspark.sql import functions as F
 
 from kedro_streaming._connectors.dataset import SparkStreamingDataset
@@ -44,7 +43,12 @@ from kedro_streaming._run.watermarks import (
     inherited_watermark_problem,
     union_watermark_note,
 )
-from kedro_streaming._spark import headline, java_frame, jvm_of
+from kedro_streaming._spark import (
+    headline,
+    java_frame,
+    jvm_of,
+    pyspark_error_logs_off,
+)
 from kedro_streaming.errors import StreamingConfigError
 
 # Named as before 0.7.0: projects' logging.yml may set its level.
@@ -57,8 +61,6 @@ _NOTHING_YET = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA", "DELTA_SCHEMA_NOT_SE
 # What a node's run logs itself, and each load: the dry run reports a
 # failure once, as its own line, and a real run's log shows its loads once.
 _QUIET_LOGGERS = ("kedro.pipeline.node", "kedro.io.data_catalog")
-# PySpark's own, of its own logger class (their calls pass it extra fields).
-_PYSPARK_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
 @dataclass
@@ -131,7 +133,8 @@ def build_plans(
             continue
         inputs: dict[str, Any] = {}
         try:
-            with _quiet():
+            # The error is said once, below: not by PySpark's loggers too.
+            with _quiet(), pyspark_error_logs_off():
                 for name in node.inputs:
                     inputs[name] = _input(spark, catalog, sinks, frames, name)
                 returned, outputs = _run_recorded(node, inputs)
@@ -405,11 +408,7 @@ def _queries_of(
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    # PySpark logs a node's error with the DataFrame's call site, its whole
-    # Java stack (22 kB), before the dry run says it in one line.
-    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS] + [
-        PySparkLogger.getLogger(name) for name in _PYSPARK_LOGGERS
-    ]
+    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
     levels = [each.level for each in loggers]
     for each in loggers:
         each.setLevel(logging.CRITICAL)
