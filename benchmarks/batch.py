@@ -248,7 +248,7 @@ def class_archive(project: Path, python: Path) -> Path | None:
         [
             python,
             "-c",
-            "from kedro_streaming._run.jvm import class_archive; "
+            "from kedro_streaming._session.jvm import class_archive; "
             "print(class_archive({}) or '')",
         ],
         check=True,

@@ -28,7 +28,8 @@ from batch import bench_project, timed
 _RUN_TO_THE_CHECKS = """
 import functools, os, sys, time
 began = time.monotonic()
-from kedro_streaming._run import hooks, session
+from kedro_streaming._run import hooks
+from kedro_streaming._session import session
 if os.environ["AHEAD"] == "0":
     session.start_jvm_ahead = lambda: None
 checks = hooks.StreamingQueryHooks.before_pipeline_run

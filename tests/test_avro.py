@@ -547,7 +547,7 @@ def _fits(trips, line: str) -> bool:
     return True
 
 
-# Each mistake's message, as `avro_schemas` (asked by the checks before any
+# Each mistake's message, as `avro.schemas` (asked by the checks before any
 # query starts, and by `kedro streams validate`) gives it.
 MISTAKES = """
 import json, sys
@@ -567,7 +567,7 @@ for case, (avro, subscribe) in cases.items():
         file_format="kafka", load_args={"subscribe": subscribe}, avro=avro
     )
     try:
-        dataset.avro_schemas
+        dataset.avro.schemas
         print(json.dumps([case, None]))
     except StreamingConfigError as error:
         print(json.dumps([case, str(error)]))
@@ -592,7 +592,7 @@ def test_each_avro_mistake_is_named(
     root = url.rsplit("/apis", 1)[0]
     assert messages == {
         "a misspelt key": "its `avro` option has 'schema_registry_uri' (did you mean "
-        "'schema_registry_url'?), which it does not read; its keys: "
+        "`schema_registry_url`?), which it does not read; its keys: "
         "schema_registry_url, subject, version, key_subject, credentials",
         "not the API root": f"{root} is not a schema registry's API root: it has no "
         "/subjects. Give the root of Confluent's API (Apicurio serves it under "

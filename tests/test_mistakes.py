@@ -285,7 +285,7 @@ CASES = [
         {"conf/base/streaming.yml": [("\ntrigger_interval:", "\ntrigger_intervall:")]},
         ["--pipelines", "records"],
         "StreamingConfigError: streaming.yml sets what the runtime does not read:\n"
-        "  - 'trigger_intervall': did you mean 'trigger_interval'?\n"
+        "  - 'trigger_intervall': did you mean `trigger_interval`?\n"
         "Its settings: trigger, trigger_interval, metrics_address, metrics_port, "
         "metrics_tls_certfile, metrics_tls_keyfile, metrics_tls_client_cafile, "
         "metrics_serve_after_failure, kafka_connect_timeout, "
@@ -312,7 +312,7 @@ CASES = [
         "StreamingConfigError: The pipeline reads what this environment does not "
         "declare:\n"
         "  - 'params:record_schema': no parameter record_schema in "
-        "conf/<env>/parameters*.yml: did you mean 'params:records_schema'?",
+        "conf/<env>/parameters*.yml: did you mean `params:records_schema`?",
         False,
     ),
     (
@@ -347,7 +347,7 @@ CASES = [
         "StreamingConfigError: --params names what nothing in this project reads "
         "(no parameter of conf/<env>/parameters*.yml, no setting of streaming.yml, "
         "no ${{runtime_params:...}} in conf/), so the run would ignore it:\n"
-        "  - 'triger': did you mean 'trigger'?\n"
+        "  - 'triger': did you mean `trigger`?\n"
         "Fix the name, or declare it in parameters.yml.",
         False,
     ),
@@ -514,7 +514,7 @@ CASES = [
         "check_records fails: expectation 'temperature_plausible' "
         "(record_expectations, conf/base/parameters_expectations.yml): action "
         "'quarantene' is not one of warn, quarantine, fail: did you mean "
-        "'quarantine'? (the value of "
+        "`quarantine`? (the value of "
         "params:record_expectations.temperature_plausible.action)",
         True,
     ),
@@ -588,7 +588,7 @@ CASES = [
         "StreamingConfigError: --params names what nothing in this project reads "
         "(no parameter of conf/<env>/parameters*.yml, no setting of streaming.yml, "
         "no ${{runtime_params:...}} in conf/), so the run would ignore it:\n"
-        "  - 'metric_port': did you mean 'metrics_port'?\n"
+        "  - 'metric_port': did you mean `metrics_port`?\n"
         "Fix the name, or declare it in parameters.yml.",
         False,
     ),

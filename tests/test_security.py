@@ -47,9 +47,9 @@ def security(plugin_tool):
     return SimpleNamespace(
         **{
             **vars(
-                importlib.import_module("kedro_streaming._connectors.kafka_security")
+                importlib.import_module("kedro_streaming._connectors.kafka.security")
             ),
-            **vars(importlib.import_module("kedro_streaming._connectors.kafka_probes")),
+            **vars(importlib.import_module("kedro_streaming._connectors.kafka.probes")),
         }
     )
 

@@ -74,3 +74,22 @@ def test_each_stateful_operator_shows_its_state_and_what_a_step_removed(stream_t
         third.operators[0].memory_bytes
         == (third.progress[-1]["stateOperators"][0]["memoryUsedBytes"])
     )
+
+
+@pytest.mark.parametrize(
+    "replay", [pytest.param(True, id="replayed"), pytest.param(False, id="committed")]
+)
+def test_a_restart_resumes_from_the_checkpoint(stream_test, replay):
+    counts = stream_test(
+        count_per_key, streams={"events": "key STRING"}, output_mode="complete"
+    )
+    counts.step(events=[("a",)])
+    last = counts.step(events=[("a",), ("b",)])
+    counts.restart(replay_last_batch=replay)
+    after = counts.step()
+
+    if replay:  # the same batch, input and result again
+        assert (after.rows, after.input_rows) == ([("a", 2), ("b", 1)], 2)
+        assert after.progress[-1]["batchId"] == last.progress[-1]["batchId"]
+    else:  # nothing new to run
+        assert (after.rows, after.batches, after.input_rows) == ([], [], 0)

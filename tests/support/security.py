@@ -129,7 +129,7 @@ def secure_kafka(
 
 
 def user_caches() -> list[Path]:
-    """The folders a project's runs write outside it (kedro_streaming._run.session):
+    """The folders a project's runs write outside it (kedro_streaming._session.session):
     the jars Spark's packages resolved to, the JVM's class-data archives."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return [root / "spark-packages", root / "spark-class-archives"]

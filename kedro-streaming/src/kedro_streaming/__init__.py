@@ -43,34 +43,10 @@ Only these names (``__all__``), ``kedro_streaming.testing`` and
 
 from __future__ import annotations
 
-from ._lazy import attach
+import lazy_loader
 
 __version__ = "0.10.0"
 
-# The public interface: each name and the private module that holds it.
-_PUBLIC = {
-    "SparkDataset": "._connectors.table",
-    "SparkStreamingDataset": "._connectors.dataset",
-    "StreamingConfigError": ".errors",
-    "StreamingQueryFailed": ".errors",
-    "Lookup": "._nodes.lookup",
-    "check_expectations": "._nodes.expectations",
-    "parse_records": "._nodes.records",
-    "record_origin": "._nodes.records",
-    "PROVENANCE_COLUMNS": "._nodes.records",
-    "kafka_consumer": "._connectors.kafka_clients",
-    "kafka_producer": "._connectors.kafka_clients",
-    "KafkaSecurity": "._connectors.kafka_security",
-    "SchemaRegistry": "._connectors.schema_registry",
-    "avro_framer": "._connectors.schema_registry",
-    "avro_reader": "._connectors.schema_registry",
-    "check_delta_package": "._connectors.delta",
-    "delta_package_for": "._connectors.delta",
-    "StreamingQueryHooks": "._run.hooks",
-    "SparkHooks": "._run.session",
-    "spark_session": "._run.session",
-    "check_kafka_connector": "._run.packages",
-    "local_scala_version": "._run.packages",
-}
-
-__getattr__, __dir__, __all__ = attach(__name__, _PUBLIC)
+# The public names and the modules that hold them are those of the stub,
+# __init__.pyi, so that type checkers and IDEs see what this module serves.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

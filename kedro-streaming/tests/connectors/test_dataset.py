@@ -5,9 +5,11 @@ import json
 import pytest
 from kedro.io import DataCatalog
 from kedro_streaming import SparkStreamingDataset
-from kedro_streaming._connectors.avro import value_schema
-from kedro_streaming._run.checks import check_configuration
-from kedro_streaming._run.options import OptionNames
+from kedro_streaming._checks.checks import check_configuration
+from kedro_streaming._connectors.avro.codec import value_schema
+from kedro_streaming._connectors.entry_keys import misspelt_args
+from kedro_streaming._connectors.options import OptionNames
+from kedro_streaming._connectors.registry import connector_for
 from kedro_streaming.errors import StreamingConfigError
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -126,11 +128,11 @@ def test_a_kafka_sink_encodes_struct_values_and_passes_text_through(spark):
         "SELECT 'd1' AS key, named_struct('device', 'd1', 'c', CAST(NULL AS DOUBLE)) "
         "AS value"
     )
-    assert [r.value for r in one_topic.encode_values(rows).collect()] == [
+    assert [r.value for r in one_topic.connector.encode(one_topic, rows).collect()] == [
         '{"device":"d1","c":null}'
     ]
     text = spark.sql("SELECT 'as it is' AS value")
-    assert one_topic.encode_values(text).collect()[0].value == "as it is"
+    assert one_topic.connector.encode(one_topic, text).collect()[0].value == "as it is"
 
     many = SparkStreamingDataset(file_format="kafka")
     routed = spark.sql(
@@ -139,16 +141,16 @@ def test_a_kafka_sink_encodes_struct_values_and_passes_text_through(spark):
         "'bad', IF(topic = 'bad', named_struct('why', 'late'), NULL)) AS value "
         "FROM VALUES ('ok'), ('bad') AS t(topic)"
     )
-    encoded = many.encode_values(routed).orderBy("topic").collect()
+    encoded = many.connector.encode(many, routed).orderBy("topic").collect()
     assert [(r.topic, r.value) for r in encoded] == [
         ("bad", '{"why":"late"}'),
         ("ok", '{"n":1}'),
     ]
     stray = routed.withColumn("topic", F.lit("other"))
     with pytest.raises(Exception, match="a row's topic other has no record in"):
-        many.encode_values(stray).collect()
+        many.connector.encode(many, stray).collect()
     with pytest.raises(StreamingConfigError, match="without a topic"):
-        many.encode_values(rows)
+        many.connector.encode(many, rows)
 
 
 def test_value_schema_is_the_avro_of_the_struct():
@@ -275,9 +277,10 @@ def test_a_misspelt_load_args_key_is_named_and_spark_options_are_not(spark):
     names = OptionNames(spark)
     for file_format in ("json", "csv", "parquet", "orc", "text", "kafka", "rate"):
         for direction, args in (("sink", "save_args"), ("source", "load_args")):
-            known = names.known(file_format, direction)
+            known = names.known(connector_for(file_format), direction)
             if known is None:  # the Kafka connector, when not loaded
                 continue
             options = {name: "x" for name in known.values()}
             dataset = SparkStreamingDataset(file_format=file_format, **{args: options})
-            assert dataset.misspelt_keys == set(), (file_format, direction)
+            misspelt = misspelt_args(dataset.load_options, dataset.writer_options)
+            assert misspelt == [], (file_format, direction)

@@ -8,8 +8,8 @@ import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline, node
 from kedro_streaming import StreamingConfigError
-from kedro_streaming._run.checks import check_before_spark, check_configuration
-from kedro_streaming._run.state import StreamState
+from kedro_streaming._checks.checks import check_before_spark, check_configuration
+from kedro_streaming._checks.spec import RunSpec
 
 
 def entries(root) -> dict:
@@ -132,7 +132,8 @@ def test_a_query_reading_another_query_s_sink_resumes_and_is_refused_once_moved(
                 json.dumps(config, ensure_ascii=False).replace(str(here), str(root))
             )
         )
-        check_before_spark(catalog, pipeline, {}, StreamState(str(root / "state")))
+        settings = {"state_dir": str(root / "state")}
+        check_before_spark(RunSpec.read(catalog, pipeline, settings))
         return catalog
 
     catalog = check(here)

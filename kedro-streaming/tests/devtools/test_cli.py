@@ -1,12 +1,14 @@
-"""The development services' command line (``kedro_streaming.devtools.cli``),
-as ``python -m kedro_streaming.devtools`` and as ``kedro streams`` run it:
-click's test runner, the real commands, and a scratch Kedro project where a
-command needs one. Nothing here starts a service."""
+"""``kedro streams`` (``kedro_streaming._cli``) and the development services'
+command line (``kedro_streaming.devtools.cli``), as ``python -m
+kedro_streaming.devtools`` and as ``kedro streams`` run it: click's test
+runner, the real commands, and a scratch Kedro project where a command needs
+one. Nothing here starts a service."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import shlex
 import socket
 import subprocess
@@ -17,41 +19,113 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from kedro_streaming.commands import commands
-from kedro_streaming.devtools import extra
+from kedro_streaming._cli import (
+    COMMANDS,
+    DEV_SERVICES,
+    MISSING,
+    commands,
+    dev_extra_missing,
+)
 from kedro_streaming.devtools.cli import main
+
+STREAMS = commands.commands["streams"]
+# Each command line: its click group, the arguments that reach its lazy group,
+# and that group.
+CLIS = {
+    "kedro streams": (commands, ["streams"], STREAMS),
+    "python -m": (main, [], main),
+}
+LISTED = [(cli, name) for cli, (*_, lazy) in CLIS.items() for name in sorted(lazy.lazy)]
+
+
+def command(group: click.Group, *path: str) -> click.Command:
+    """The command at ``path`` below ``group``, imported."""
+    for name in path:
+        group = group.get_command(click.Context(group), name)
+    return group
 
 
 def command_paths(group: click.Group, path: tuple[str, ...] = ()):
-    """``(path, command)`` of every command below ``group``, groups too."""
-    for name, command in group.commands.items():
-        yield (*path, name), command
-        if isinstance(command, click.Group):
-            yield from command_paths(command, (*path, name))
+    """The path of every command below ``group``, groups too."""
+    for name in group.list_commands(click.Context(group)):
+        yield (*path, name)
+        if isinstance(group.get_command(click.Context(group), name), click.Group):
+            yield from command_paths(command(group, name), (*path, name))
 
 
-COMMANDS = list(command_paths(main))
+# The operations' commands stay unimported here: one that does not import
+# fails its own tests, not this module's collection.
+PATHS = sorted([(name,) for name in COMMANDS if name not in DEV_SERVICES])
+PATHS += list(command_paths(main))
 
 
 def test_the_services_are_the_commands_kedro_streams_mounts():
-    assert sorted(main.commands) == sorted(extra.COMMANDS)
-    streams = commands.commands["streams"]
-    assert set(extra.COMMANDS) <= set(streams.commands)
+    services = ["broker", "cluster", "connect", "registry", "send", "submit", "watch"]
+    assert main.list_commands(click.Context(main)) == sorted(DEV_SERVICES) == services
+    assert STREAMS.list_commands(click.Context(STREAMS)) == sorted(COMMANDS)
 
 
 @pytest.mark.parametrize(
-    ("path", "command"), COMMANDS, ids=[" ".join(path) for path, _ in COMMANDS]
+    ("cli", "name"), LISTED, ids=[f"{cli} {name}" for cli, name in LISTED]
 )
-def test_every_command_has_help_naming_its_options(path, command):
-    for cli, prefix in ((main, []), (commands, ["streams"])):
+def test_the_list_shows_each_command_with_its_short_help(cli, name):
+    """The list reads each short help without importing the command: it is
+    the command's own."""
+    group, prefix, lazy = CLIS[cli]
+    listed = CliRunner().invoke(group, [*prefix, "--help"], terminal_width=80)
+    assert listed.exit_code == 0, listed.output
+    # click's list: the terminal's 80 columns, less its spacing and the
+    # longest name.
+    limit = 80 - 6 - max(map(len, lazy.lazy))
+    short_help = command(lazy, name).get_short_help_str(limit)
+    assert re.search(rf"^  {name} +{re.escape(short_help)}$", listed.output, re.M), (
+        listed.output
+    )
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_building_and_listing_the_commands_import_none_of_them(cli):
+    """Neither the group nor its --help imports a command's module (nor Spark,
+    nor Kedro's session): each is imported when it runs or shows its help."""
+    modules = sorted({path.partition(":")[0] for path in COMMANDS.values()})
+    modules += ["pyspark", "kedro.framework.session"]
+    build = {
+        "kedro streams": "from kedro_streaming._cli import commands as group",
+        "python -m": "from kedro_streaming.devtools.cli import main as group",
+    }[cli]
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from click.testing import CliRunner
+        {build}
+        built = [name for name in {modules!r} if name in sys.modules]
+        result = CliRunner().invoke(group, {CLIS[cli][1]!r} + ["--help"])
+        assert result.exit_code == 0, result.output
+        listed = [name for name in {modules!r} if name in sys.modules]
+        print(built, listed)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[] []\n"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[" ".join(path) for path in PATHS])
+def test_every_command_has_help_naming_its_options(path):
+    found = command(STREAMS, *path)
+    for cli, prefix, lazy in CLIS.values():
+        if path[0] not in lazy.lazy:
+            continue
         result = CliRunner().invoke(cli, [*prefix, *path, "--help"])
         assert result.exit_code == 0, result.output
         assert f" {' '.join(path)} [OPTIONS]" in result.output
-        for option in command.params:
+        for option in found.params:
             if isinstance(option, click.Option):
                 assert option.opts[0] in result.output, (option.name, result.output)
-        if isinstance(command, click.Group):
-            assert all(name in result.output for name in command.commands)
+        if isinstance(found, click.Group):
+            assert all(name in result.output for name in found.commands)
 
 
 def test_status_exits_3_unless_the_service_runs(tmp_path):
@@ -114,7 +188,7 @@ def test_a_broker_port_taken_is_named_with_what_to_do(tmp_path):
 def test_without_the_dev_extra_one_line_says_how_to_install_it(monkeypatch):
     # As if fastavro were not installed: importing it raises ImportError.
     monkeypatch.setitem(sys.modules, "fastavro", None)
-    assert extra.missing_modules() == ["fastavro"]
+    assert dev_extra_missing()
     for arguments in (["broker", "start"], ["send", "--help"], ["submit"]):
         result = CliRunner().invoke(commands, ["streams", *arguments])
         assert result.exit_code == 1, result.output
@@ -146,7 +220,7 @@ def test_python_m_without_the_dev_extra(tmp_path):
         check=False,
     )
     assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr == extra.MISSING + "\n"
+    assert result.stderr == MISSING + "\n"
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ def test_fail_stops_with_the_rule_the_origin_and_the_fix(spark):
             {"expect": "n > 0", "action": "quarantene"},
             [
                 "action 'quarantene' is not one of warn, quarantine, fail: did you "
-                "mean 'quarantine'?"
+                "mean `quarantine`?"
             ],
         ),
         ({"expect": "n > 0", "action": "warn", "on": 1}, ["exactly `expect`"]),

@@ -6,8 +6,8 @@ import pytest
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.pipeline import node, pipeline
 from kedro_streaming import StreamingConfigError
-from kedro_streaming._run.constants import check_constants, constant_failures
-from kedro_streaming._run.plans import Plans
+from kedro_streaming._checks.constants import check_constants, constant_failures
+from kedro_streaming._checks.plans import Plans
 from pyspark.sql import functions as F
 
 

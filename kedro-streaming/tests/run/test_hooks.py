@@ -21,16 +21,16 @@ from kedro_streaming import (
     StreamingConfigError,
     StreamingQueryHooks,
 )
-from kedro_streaming._nodes import lookup as lookup_module
-from kedro_streaming._run.catalog import (
+from kedro_streaming._checks.catalog import (
     check_paths_reach_the_cluster,
     check_paths_resolve_in_the_project,
 )
-from kedro_streaming._run.checks import run_trigger
+from kedro_streaming._checks.spec import run_trigger
+from kedro_streaming._nodes import lookup as lookup_module
+from kedro_streaming._observe.metrics import StreamMetrics
+from kedro_streaming._observe.progress import ProgressLog
+from kedro_streaming._observe.state import StreamState
 from kedro_streaming._run.console import run_console
-from kedro_streaming._run.metrics import StreamMetrics
-from kedro_streaming._run.progress import ProgressLog
-from kedro_streaming._run.state import StreamState
 from kedro_streaming.devtools.processes import DEFAULT_PORTS, port_is_free
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F

@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives.serialization import (
     NoEncryption,
     PrivateFormat,
 )
-from kedro_streaming._connectors.kafka import kafka_lag
-from kedro_streaming._run.metrics import StreamMetrics, _AtScrape
+from kedro_streaming._connectors.kafka.connector import kafka_lag
+from kedro_streaming._observe.metrics import StreamMetrics, _AtScrape
 from kedro_streaming.devtools.certificates import CertificateAuthority
 from kedro_streaming.errors import StreamingConfigError
 

@@ -1,20 +1,21 @@
 import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
-from kedro_streaming._run.catalog import fan_out
-from kedro_streaming._run.options import (
+from kedro_streaming._checks.catalog import fan_out
+from kedro_streaming._connectors.options import (
     OptionNames,
     interval_problem,
     option_problems,
     value_problem,
 )
+from kedro_streaming._connectors.registry import connector_for
 
 
 def test_file_and_rate_options_are_those_of_the_running_spark(spark):
     names = OptionNames(spark)
     problems = option_problems(
         names,
-        "csv",
+        connector_for("csv"),
         "source",
         {
             "header": "true",
@@ -38,7 +39,7 @@ def test_file_and_rate_options_are_those_of_the_running_spark(spark):
     # A file sink takes its format's options, not the file source's.
     assert option_problems(
         names,
-        "parquet",
+        connector_for("parquet"),
         "sink",
         {"compression": "zstd", "maxFilesPerTrigger": 1},
         args_name="save_args",
@@ -48,7 +49,7 @@ def test_file_and_rate_options_are_those_of_the_running_spark(spark):
     ]
     assert option_problems(
         names,
-        "rate",
+        connector_for("rate"),
         "source",
         {"rowsPerSecond": 0, "rowsPerSec": 5},
         args_name="load_args",
@@ -59,7 +60,7 @@ def test_file_and_rate_options_are_those_of_the_running_spark(spark):
         "you mean `rowsPerSecond`?",
     ]
     # Formats the runtime does not know the options of are left to Spark.
-    assert names.known("socket", "source") is None
+    assert names.known(connector_for("socket"), "source") is None
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ import time
 
 import pytest
 from kedro_streaming import StreamingConfigError
-from kedro_streaming._run.planner_warmup import PlannerWarmUp, planner_warm_up
+from kedro_streaming._checks.planner_warmup import PlannerWarmUp, planner_warm_up
 from pyspark.sql import functions as F
 
 

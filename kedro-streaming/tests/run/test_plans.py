@@ -4,7 +4,7 @@ from pathlib import Path
 
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
-from kedro_streaming._run.plans import build_plans
+from kedro_streaming._checks.plans import build_plans
 
 from tests.helpers import SOURCE, sink_in
 

@@ -2,7 +2,11 @@
 
 import pandas as pd
 from kedro.io import DataCatalog
-from kedro_streaming._run.progress import metric_row, reports_newest_first, rows_read
+from kedro_streaming._observe.progress import (
+    metric_row,
+    reports_newest_first,
+    rows_read,
+)
 from pyspark.sql import functions as F
 
 

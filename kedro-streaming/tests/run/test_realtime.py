@@ -10,7 +10,7 @@ from kedro_streaming import (
     SparkStreamingDataset,
     StreamingConfigError,
 )
-from kedro_streaming._run.realtime import (
+from kedro_streaming._checks.realtime import (
     INTERRUPTED_TASK_LOGGERS,
     check_real_time,
     check_real_time_intervals,

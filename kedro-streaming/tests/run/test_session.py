@@ -16,14 +16,14 @@ from kedro_streaming import (
 from kedro_streaming._connectors.delta import (
     check_delta_package,
 )
-from kedro_streaming._run import jvm, packages, session
-from kedro_streaming._run.jvm import (
+from kedro_streaming._session import jvm, packages, session
+from kedro_streaming._session.jvm import (
     _claim_recording,
     _prune_class_archives,
     _record_installation,
     class_archive,
 )
-from kedro_streaming._run.packages import (
+from kedro_streaming._session.packages import (
     check_kafka_connector,
     remember_resolution,
     without_resolution,
@@ -47,7 +47,7 @@ DELTA_FOR_SPARK = {
 ONE_SESSION = """
 import sys
 import pyspark
-from kedro_streaming._run.session import configure_spark, spark_session
+from kedro_streaming._session.session import configure_spark, spark_session
 configure_spark({
     "spark.master": "local[1]",
     "spark.ui.enabled": "false",
@@ -219,7 +219,7 @@ def test_packages_resolved_at_one_start_are_jars_at_the_next(tmp_path, monkeypat
 # the run's command, while Kedro builds its catalog, then the session on it.
 AHEAD_SESSION = """
 import sys, threading, click
-from kedro_streaming._run import session
+from kedro_streaming._session import session
 session.configure_spark({
     "spark.master": "local[1]",
     "spark.ui.enabled": "false",
@@ -384,7 +384,7 @@ DIRECTIVES_SESSION = """
 import json
 import sys
 from pathlib import Path
-from kedro_streaming._run.session import configure_spark, spark_session
+from kedro_streaming._session.session import configure_spark, spark_session
 configure_spark(
     {"spark.master": "local[1]", "spark.ui.enabled": "false",
      "spark.driver.extraJavaOptions": sys.argv[1]},

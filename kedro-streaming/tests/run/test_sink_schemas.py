@@ -11,13 +11,13 @@ import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 from kedro_streaming import SparkStreamingDataset, StreamingConfigError
-from kedro_streaming._run.hooks import StreamingQueryHooks
-from kedro_streaming._run.plans import build_plans
-from kedro_streaming._run.sink_schemas import (
+from kedro_streaming._checks.plans import build_plans
+from kedro_streaming._checks.sink_schemas import (
     planned_state_schemas,
     recorded_operator_count,
     state_problem,
 )
+from kedro_streaming._run.hooks import StreamingQueryHooks
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -244,6 +244,6 @@ def test_a_join_after_a_dedupe_resumes_its_checkpoint(stream_test, tmp_path):
     start = datetime(2024, 3, 1, 10)
     query.step(events=[("a", start)], payments=[("a", start)])
     (checkpoint,) = glob.glob(str(tmp_path / "stream-0/checkpoints/*"))
-    frame = next(iter(query._frames.values()))  # noqa: SLF001 (the query's plan)
+    frame = next(iter(query._queries.values()))._frame  # noqa: SLF001 (the query's plan)
     assert recorded_operator_count(checkpoint) == len(planned_state_schemas(frame)) == 2
     assert state_problem(checkpoint, frame) is None

@@ -5,7 +5,8 @@ import time
 import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline, node
-from kedro_streaming._run.state import STALE_SECONDS, StreamState
+from kedro_streaming._checks.spec import RunSpec
+from kedro_streaming._observe.state import STALE_SECONDS, StreamState
 from kedro_streaming._run.supervisor import QuerySupervisor
 from kedro_streaming.commands import _described_totals
 from kedro_streaming.errors import StreamingConfigError
@@ -112,9 +113,8 @@ def test_batches_a_killed_run_committed_but_never_logged_are_counted_as_such(
                 catalog["landing"].load(), trigger=trigger
             ).awaitTermination()
             return
-        supervisor = QuerySupervisor(
-            catalog, pipeline, triggers={"copied": trigger}, state=state
-        )
+        settings = {"trigger": "available_now", "state_dir": str(state.path)}
+        supervisor = QuerySupervisor(RunSpec.read(catalog, pipeline, settings))
         supervisor.start("copied", catalog["landing"].load())
         supervisor.run_to_the_end()
         supervisor.end()

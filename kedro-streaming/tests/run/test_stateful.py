@@ -6,15 +6,15 @@ import time
 from datetime import datetime
 
 import pytest
-from kedro_streaming._run.metrics import unix_time
-from kedro_streaming._run.stateful import (
+from kedro_streaming._checks.stateful import (
     PROVIDER,
     missing_api_problem,
     redefined_watermark_problem,
     transform_with_state_problem,
     unwatermarked_join_note,
 )
-from kedro_streaming._testing_steps import collector
+from kedro_streaming._observe.metrics import unix_time
+from kedro_streaming.testing._steps import collector
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor

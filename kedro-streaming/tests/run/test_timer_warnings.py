@@ -9,7 +9,7 @@ import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 from kedro.runner import SequentialRunner
-from kedro_streaming._run.timer_warnings import (
+from kedro_streaming._observe.timer_warnings import (
     DELETED_MISSING,
     TIMER_STATE_LOGGERS,
     count_deleted_timer_warnings,

@@ -7,12 +7,12 @@ from datetime import datetime
 
 import pytest
 from kedro.io import DataCatalog
-from kedro_streaming._connectors.streams import WATERMARK_KEY, drop_watermark
-from kedro_streaming._run.stateful import redefined_watermark_problem
-from kedro_streaming._run.watermarks import (
+from kedro_streaming._checks.stateful import redefined_watermark_problem
+from kedro_streaming._checks.watermarks import (
     inherited_watermark_problem,
     union_watermark_note,
 )
+from kedro_streaming._connectors.streams import WATERMARK_KEY, drop_watermark
 from pyspark.sql import functions as F
 
 # Five orders from 10:00 to 10:04 (one sent twice), then one at 10:30, which

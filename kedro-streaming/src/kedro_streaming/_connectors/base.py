@@ -1,10 +1,12 @@
-"""What the connectors and the run-level code share: the catalog entry as a
-connector reads it, and a connector's checks, each a no-op unless the
-connector has one.
+"""The one interface of the things the runtime connects (files, Delta, Kafka,
+Avro on Kafka, the debugging sinks) and the catalog entry as they read it.
 
-The runtime checks a run by asking every connector in turn
-(``_connectors.CONNECTORS``); a connector reads the run's entries through
-``Entry`` and never imports the dataset class.
+A connector owns its formats' options, the problems of an entry (from
+conf/ alone), its checks before and with Spark, how its data is read and
+written, and its figures (a Delta table's version, a topic's unread
+messages). The run-level code reaches one only through
+``registry.connector_for`` or ``registry.CONNECTORS``; a connector never
+imports the run, and is handed the session it needs.
 """
 
 from __future__ import annotations
@@ -13,26 +15,38 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-    from kedro_streaming._connectors.kafka_security import KafkaSecurity
+    from kedro_streaming._connectors.avro.option import AvroOption
+    from kedro_streaming._connectors.options import OptionNames
+    from kedro_streaming._connectors.sink_args import SinkArgs
+    from kedro_streaming.problems import Problem
+
+# Every sink counts the rows it writes under this name, in the query's progress.
+ROWS_WRITTEN_METRIC = "rows_written"
+# Every source counts the rows it reads under a name that starts so (one per
+# load: a query may read two sources, or one twice). Spark's numInputRows
+# counts what its reader hands on, which for parquet is after the query's
+# filters skipped row groups: not what the query read.
+ROWS_READ_METRIC = "rows_read"
 
 
 class Entry(Protocol):
     """A streaming source or sink of the catalog, as connectors read it."""
 
     file_format: str
+    connector: Connector
     path: str | None
+    schema: Any  # a source's given schema (DDL or StructType), if any
     checkpoint: str | None
     load_options: dict[str, Any]
     writer_options: dict[str, Any]
+    credentials: dict[str, Any]  # secrets: for the connector, never shown
+    sink: SinkArgs
+    avro: AvroOption | None
     foreach_batch: str | None
     trigger: dict[str, Any] | None
-    kafka_security: KafkaSecurity
-    kafka_client_config: dict[str, str]
-    kafka_python_config: dict[str, Any]
-    reads_avro: bool
-    writes_avro: bool
 
 
 @dataclass(frozen=True)
@@ -57,11 +71,109 @@ class RunEntries:
             if sink in sinks and name in entries
         }
 
+    def of(self, connector: Connector) -> dict[str, Entry]:
+        """The run's sources and sinks of ``connector``'s formats."""
+        return {
+            name: entry
+            for name, entry in {**self.sources, **self.sinks}.items()
+            if type(entry.connector) is type(connector)
+        }
+
 
 class Connector:
-    """One thing the runtime connects (files, Kafka, Avro, Delta)."""
+    """One thing the runtime connects; each method a no-op or Spark's plain
+    behaviour unless the connector has its own."""
 
-    name = "connector"
+    name = "spark"
+    # The catalog's `file_format` values it owns.
+    formats: tuple[str, ...] = ()
+    # How messages name it: "a Kafka source option".
+    label = ""
+    # Whether a source needs a schema: not when the format fixes it (Kafka's
+    # key/value, text's value) or the data carries it (Delta's log).
+    takes_schema = True
+    # Whether a given schema is refused: the table carries its own.
+    keeps_schema = False
+    # Whether its files carry their schema, which Spark merges across files.
+    self_describing = False
+    # Whether a sink only appends (no update or complete output mode).
+    only_appends = False
+    # Whether Real-Time Mode reads and writes it.
+    real_time = False
+    # Whether a sink upserts by key (`merge_on`).
+    upserts = False
+    # Whether Avro values travel in it (the `avro` option).
+    carries_avro = False
+    # The prefix of options passed to its client (`kafka.`), if it has one.
+    client_prefix: str | None = None
+
+    def __init__(self, file_format: str = "") -> None:
+        # The format of the entry it serves ("" for the run's checks).
+        self.file_format = file_format
+        self.label = type(self).label or file_format
+
+    def source_problems(self, entry: Entry) -> list[Problem]:
+        """What keeps the entry from being read, from conf/ and the file
+        system alone; each names its fix."""
+        return []
+
+    def sink_problems(self, entry: Entry) -> list[Problem]:
+        """What keeps the entry from being written, from conf/ alone."""
+        return []
+
+    def data_problems(self, entry: Entry, data: DataFrame) -> list[Problem]:
+        """What keeps the sink from writing ``data``, before its query starts."""
+        return []
+
+    def spark_options(self, entry: Entry) -> dict[str, Any]:
+        """Its credentials as reader and writer options (secrets included)."""
+        return {}
+
+    def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
+        """The reader (``source``) or writer (``sink``) options the running
+        Spark knows for it; ``None`` when not known."""
+        return None
+
+    def client_settings(self, names: OptionNames, direction: str) -> set[str] | None:
+        """The settings its client takes under ``client_prefix``."""
+        return None
+
+    def encode(self, entry: Entry, data: DataFrame) -> DataFrame:
+        """``data`` as the sink writes it."""
+        return data
+
+    def writer(self, entry: Entry, writer: DataStreamWriter) -> DataStreamWriter:
+        """The writer with the connector's own options."""
+        return writer
+
+    def start(
+        self, entry: Entry, writer: DataStreamWriter, data: DataFrame
+    ) -> StreamingQuery:
+        """Starts the query that writes ``data`` (the node's DataFrame)."""
+        return writer.start(entry.path) if entry.path else writer.start()
+
+    def describe(self, entry: Entry) -> str:
+        """The entry in a few words, for the run's lines."""
+        where = f" at {entry.path}" if entry.path else ""
+        return f"{entry.file_format}{where}"
+
+    def address(self, entry: Entry) -> str | None:
+        """Where its data lives, for a failed query's message (a topic and
+        its brokers); ``None`` where the run's lines say it already."""
+        return None
+
+    def holds_data(self, entry: Entry) -> bool:
+        """Whether the entry's table or folder has been written."""
+        return False
+
+    def sink_figures(self, entry: Entry) -> list[str]:
+        """What ``kedro streams status`` says of the sink's table."""
+        return []
+
+    def unread(self, entry: Entry, committed: list[dict]) -> str | None:
+        """What the source holds after a query's last committed offsets
+        (``committed``, one mapping per source), ``None`` if not known."""
+        return None
 
     def problems(self, run: RunEntries) -> list[str]:
         """What cannot work in the run's configuration, read from conf/ and the

@@ -13,12 +13,20 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 from pyspark.sql import DataFrame, SparkSession
 
+from kedro_streaming._connectors.base import Connector, Entry
+from kedro_streaming._connectors.files import missing_local_folder
 from kedro_streaming.errors import StreamingConfigError
+from kedro_streaming.problems import Problem
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+    from kedro_streaming._connectors.options import OptionNames
 
 # Named as before 0.7.0: projects' logging.yml may set its level.
 logger = logging.getLogger("kedro_streaming.delta")
@@ -52,6 +60,53 @@ _DELTA_PACKAGE = re.compile(
 _FIX = "set spark.jars.packages in the environment's spark.yml to"
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+_DELTA_OPTIONS = "org.apache.spark.sql.delta.DeltaOptions$"
+
+
+class Delta(Connector):
+    """Delta tables: a source's table, a sink's upserts by key (``merge_on``,
+    exactly once), its options and version."""
+
+    name = "delta"
+    formats = (DELTA_FORMAT,)
+    label = "Delta"
+    takes_schema = False
+    keeps_schema = True
+    self_describing = True
+    only_appends = True
+    upserts = True
+
+    def source_problems(self, entry: Entry) -> list[Problem]:
+        missing = missing_local_folder(entry.path)
+        return [missing] if missing else []
+
+    def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
+        return [
+            *names.scala_set(_DELTA_OPTIONS, "validOptionKeys"),
+            *names.constants(_DELTA_OPTIONS),
+        ]
+
+    def writer(self, entry: Entry, writer: DataStreamWriter) -> DataStreamWriter:
+        # Columns the query adds (checked before it starts: nothing else
+        # changes) join the table's schema.
+        return writer.option("mergeSchema", "true")
+
+    def start(
+        self, entry: Entry, writer: DataStreamWriter, data: DataFrame
+    ) -> StreamingQuery:
+        merge_on = entry.sink.merge_on
+        if not merge_on:
+            return super().start(entry, writer, data)
+        create_delta_table(data.sparkSession, entry.path, data)
+        upsert = upsert_batches(entry.path, merge_on, entry.checkpoint)
+        return writer.foreachBatch(upsert).start()
+
+    def holds_data(self, entry: Entry) -> bool:
+        return bool(entry.path) and table_version(entry.path) is not None
+
+    def sink_figures(self, entry: Entry) -> list[str]:
+        version = table_version(entry.path)
+        return ["no Delta table yet" if version is None else f"Delta version {version}"]
 
 
 def delta_package_for(spark_version: str, scala_version: str = "2.13") -> str | None:

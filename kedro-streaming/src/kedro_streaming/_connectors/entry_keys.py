@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-import difflib
 from copy import deepcopy
 from typing import Any
+
+from kedro_streaming.problems import TYPO, Problem, closest
 
 # Options that may carry secrets; shown as "***" in logs and `kedro catalog`.
 # The plugin's own keys of save_args and load_args (a catalog entry's are
@@ -25,11 +26,6 @@ _SAVE_KEYS = (
 _LOAD_KEYS = ("schema", "keep_watermark")
 
 
-# As close as difflib's ratio gets a typo of a plugin key (`checkpiont`:
-# 0.9); no option name of Spark's formats comes this close to one.
-_CLOSE = 0.8
-
-
 # Spark's own spelling of a key the plugin takes under another name.
 _SPARK_SPELLINGS = {"checkpointlocation": "checkpoint"}
 
@@ -46,15 +42,19 @@ def _close_key(key: str, keys: tuple[str, ...]) -> str | None:
     it, or a typo), if any."""
     spelling = {known.lower(): known for known in keys}
     name = _SPARK_SPELLINGS.get(key.lower(), key.lower())
-    close = difflib.get_close_matches(name, list(spelling), n=1, cutoff=_CLOSE)
-    return spelling[close[0]] if close else None
+    close = closest(name, spelling, cutoff=TYPO)
+    return close[0] if close else None
 
 
-def secrets_in(options: dict[str, Any], args_name: str) -> list[str]:
+def secrets_in(options: dict[str, Any], args_name: str) -> list[Problem]:
     """Secrets belong in credentials, which are never described or logged."""
     return [
-        f"has the secret option '{key}' in its {args_name}: move it to an entry of "
-        "conf/<env>/credentials.yml and name that entry with `credentials: <entry>`"
+        Problem(
+            f"has the secret option '{key}' in its {args_name}",
+            "move it to an entry of conf/<env>/credentials.yml and name that entry "
+            "with `credentials: <entry>`",
+            id="ENTRY_SECRET_OUTSIDE_CREDENTIALS",
+        )
         for key in options
         if _is_secret(key)
     ]
@@ -68,7 +68,43 @@ def redact(options: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
-def unknown_key_problems(keys: list[str], entry_keys: tuple[str, ...]) -> list[str]:
+def entry_problems(
+    unknown: list[str],
+    entry_keys: tuple[str, ...],
+    load_args: dict[str, Any],
+    writer_options: dict[str, Any],
+    keep_watermark: Any,
+) -> list[Problem]:
+    """Each key an entry does not take, each key of its load_args and
+    save_args that is not the plugin's but close to one of its keys
+    (``checkpiont``: Spark would take it for an option and ignore it), and a
+    ``keep_watermark`` that is not a boolean. Other unknown keys of those are
+    Spark's to check."""
+    return (
+        unknown_key_problems(unknown, entry_keys)
+        + [
+            Problem(
+                f"has `{key}` in its {args_name}",
+                f"did you mean `{match}`?",
+                id="ENTRY_KEY_MISSPELT",
+            )
+            for args_name, key, match in misspelt_args(load_args, writer_options)
+        ]
+        + (
+            []
+            if isinstance(keep_watermark, bool)
+            else [
+                Problem(
+                    f"has `keep_watermark: {keep_watermark}` in its load_args",
+                    "use true or false",
+                    id="ENTRY_KEEP_WATERMARK_NOT_BOOLEAN",
+                )
+            ]
+        )
+    )
+
+
+def unknown_key_problems(keys: list[str], entry_keys: tuple[str, ...]) -> list[Problem]:
     """A problem for each key an entry does not take, naming the key meant."""
     problems = []
     for key in keys:
@@ -82,7 +118,11 @@ def unknown_key_problems(keys: list[str], entry_keys: tuple[str, ...]) -> list[s
         else:
             fix = "use " + ", ".join(entry_keys)
         problems.append(
-            f"has `{key}`, which a SparkStreamingDataset entry does not take: {fix}"
+            Problem(
+                f"has `{key}`, which a SparkStreamingDataset entry does not take",
+                fix,
+                id="ENTRY_KEY_UNKNOWN",
+            )
         )
     return problems
 

@@ -3,21 +3,52 @@ checkpoints beside them: what a folder must be before a query starts."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import urllib.parse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import fsspec
 
 from kedro_streaming._connectors.base import Connector, Entry, RunEntries
+from kedro_streaming.problems import Problem, closest
 
-# Spark's file sinks only append; other output modes need a sink that can
-# update or replace what it wrote.
-APPEND_ONLY_FORMATS = ("parquet", "json", "csv", "orc", "text", "avro")
-# The formats Spark's file source reads (its checkpoint logs each file).
-FILE_FORMATS = APPEND_ONLY_FORMATS
+if TYPE_CHECKING:
+    from kedro_streaming._connectors.options import OptionNames
+
+# The formats Spark's file source reads (its checkpoint logs each file) and
+# its file sink writes (append only).
+FILE_FORMATS = ("parquet", "json", "csv", "orc", "text", "avro")
+# Spark's option classes per file format (each lists its options).
+_FILE_OPTION_CLASSES = {
+    "csv": "org.apache.spark.sql.catalyst.csv.CSVOptions$",
+    "json": "org.apache.spark.sql.catalyst.json.JSONOptions$",
+    "parquet": "org.apache.spark.sql.execution.datasources.parquet.ParquetOptions$",
+    "orc": "org.apache.spark.sql.execution.datasources.orc.OrcOptions$",
+    "text": "org.apache.spark.sql.execution.datasources.text.TextOptions$",
+}
+# The file stream source's own options (Spark's FileStreamOptions, which
+# has no list), and those of every file source; modifiedBefore/After are
+# batch only.
+_FILE_STREAM_OPTIONS = (
+    "maxFilesPerTrigger",
+    "maxBytesPerTrigger",
+    "maxFileAge",
+    "latestFirst",
+    "fileNameOnly",
+    "cleanSource",
+    "sourceArchiveDir",
+    "maxCachedFiles",
+    "discardCachedInputRatio",
+    "pathGlobFilter",
+    "recursiveFileLookup",
+    "ignoreCorruptFiles",
+    "ignoreMissingFiles",
+    "basePath",
+)
+# What every file sink takes besides its format's options.
+_FILE_SINK_OPTIONS = ("maxRecordsPerFile", "retention")
 
 
 def _sinks_inside_sources(
@@ -61,7 +92,7 @@ def _file_sinks_ahead_of_their_checkpoint(
     first batches would be read, recorded as done, and never written."""
     problems = []
     for name, dataset in sinks.items():
-        if dataset.file_format not in APPEND_ONLY_FORMATS or not dataset.path:
+        if dataset.file_format not in FILE_FORMATS or not dataset.path:
             continue
         # No checkpoint (or a misspelt key) is named on its own: its fix is
         # that line, not a reset.
@@ -126,21 +157,23 @@ def source_position(checkpoint: str | None) -> list[str]:
     return [line for line in lines[2:] if line.strip()]
 
 
-def file_source_problems(
-    file_format: str, path: str | None, *, has_schema: bool
-) -> list[str]:
-    """What keeps a file source from being read: a local folder that is not
+def source_problems(entry: Entry, *, has_schema: bool) -> list[str]:
+    """What keeps a folder from being read: a local folder that is not
     there, or files without a schema that are not a sink's."""
-    missing = _missing_local_folder(path)
+    path = entry.path
+    missing = missing_local_folder(path)
     if missing:
         return [missing]
     if has_schema or (path and _is_local_file_sink(path)):
         return []
     return [
-        f"reads {file_format} files from '{path}' without a "
-        "schema: add `load_args: {schema: {filepath: <Spark JSON schema>}}` "
-        "(or a DDL string). If the folder is a streaming sink, run the "
-        "pipeline that writes it first (`kedro run --pipelines <name>`)"
+        Problem(
+            f"reads {entry.file_format} files from '{path}' without a schema",
+            "add `load_args: {schema: {filepath: <Spark JSON schema>}}` (or a DDL "
+            "string). If the folder is a streaming sink, run the pipeline that "
+            "writes it first (`kedro run --pipelines <name>`)",
+            id="FILES_SOURCE_WITHOUT_SCHEMA",
+        )
     ]
 
 
@@ -154,7 +187,7 @@ def _is_local_file_sink(path: str) -> bool:
     return (Path(path.removeprefix("file://")) / "_spark_metadata").is_dir()
 
 
-def _missing_local_folder(path: str | None) -> str | None:
+def missing_local_folder(path: str | None) -> Problem | None:
     """Says so when ``path`` is a local folder that does not exist, naming
     the closest existing folders beside it."""
     if not path or ("://" in path and not path.startswith("file://")):
@@ -166,25 +199,50 @@ def _missing_local_folder(path: str | None) -> str | None:
     siblings = (
         [p.name for p in parent.iterdir() if p.is_dir()] if parent is not None else []
     )
-    close = difflib.get_close_matches(folder.name, siblings, n=2, cutoff=0.6)
+    close = closest(folder.name, siblings, many=2)
     hint = (
         " (beside it: " + ", ".join(f"'{parent / name}'" for name in close) + ")"
         if close
         else ""
     )
-    return (
-        f"reads '{path}', which does not exist{hint}: fix its filepath, or, if "
-        "another pipeline's sink writes it, run that pipeline first "
-        "(`kedro run --pipelines <name>`)"
+    return Problem(
+        f"reads '{path}', which does not exist{hint}",
+        "fix its filepath, or, if another pipeline's sink writes it, run that "
+        "pipeline first (`kedro run --pipelines <name>`)",
+        id="SOURCE_FOLDER_MISSING",
     )
 
 
 class Files(Connector):
-    """File sources and sinks: a sink inside a source's folder, a sink folder
-    written under an earlier checkpoint, logs that name another folder (a
-    project moved or copied with its data)."""
+    """File sources and sinks, one instance per format (the run's checks
+    take the one without): a source's folder and schema; a sink inside a
+    source's folder, a sink folder written under an earlier checkpoint, logs
+    that name another folder (a project moved or copied with its data)."""
 
     name = "files"
+    formats = FILE_FORMATS
+    only_appends = True
+
+    def __init__(self, file_format: str = "") -> None:
+        super().__init__(file_format)
+        self.takes_schema = file_format != "text"
+        self.self_describing = file_format in ("parquet", "orc")
+
+    def source_problems(self, entry: Entry) -> list[Problem]:
+        return source_problems(entry, has_schema=entry.schema is not None)
+
+    def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
+        if self.file_format not in _FILE_OPTION_CLASSES:
+            return None
+        own = names.scala_set(_FILE_OPTION_CLASSES[self.file_format], "getAllOptions")
+        extra = _FILE_STREAM_OPTIONS if direction == "source" else _FILE_SINK_OPTIONS
+        return [*own, *extra]
+
+    def holds_data(self, entry: Entry) -> bool:
+        if not entry.path:
+            return False
+        fs, root = fsspec.core.url_to_fs(entry.path)
+        return fs.exists(root)
 
     def problems(self, run: RunEntries) -> list[str]:
         return (
@@ -220,7 +278,7 @@ def _logs_of_another_folder(run: RunEntries) -> list[str]:
                 f"query afresh here with `kedro streams reset {name}`, or run "
                 "it where it was"
             )
-        if sink.file_format in APPEND_ONLY_FORMATS and sink.path and _local(sink.path):
+        if sink.file_format in FILE_FORMATS and sink.path and _local(sink.path):
             written = _recorded_folder(_folder(sink.path) / "_spark_metadata")
             if written and not _inside(written, _folder(sink.path)):
                 problems.append(
@@ -262,7 +320,3 @@ def _inside(path: Path, folder: Path) -> bool:
     # Through symlinks: a project opened by a linked folder is the same one.
     path, folder = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
     return path == folder or folder in path.parents
-
-
-# Formats whose files carry their schema, which Spark merges across files.
-SELF_DESCRIBING_FORMATS = ("parquet", "orc")

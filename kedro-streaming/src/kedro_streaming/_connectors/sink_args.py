@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kedro_streaming._connectors.delta import DELTA_FORMAT
-from kedro_streaming._connectors.files import APPEND_ONLY_FORMATS
+from kedro_streaming.problems import Problem
+
+if TYPE_CHECKING:
+    from kedro_streaming._connectors.base import Connector
 
 OUTPUT_MODES = ("append", "complete", "update")
 TRIGGER_KINDS = ("processingTime", "availableNow", "once", "continuous", "realTime")
@@ -55,28 +57,37 @@ class SinkArgs:
         """Whether the query runs in Real-Time Mode (a ``realTime`` trigger)."""
         return isinstance(self.trigger, dict) and REAL_TIME in self.trigger
 
-    def problems(self, file_format: str, path: str | None) -> list[str]:
-        """What keeps a sink of ``file_format`` at ``path`` from being saved."""
+    def problems(self, connector: Connector, path: str | None) -> list[Problem]:
+        """What keeps a sink of ``connector``'s format at ``path`` from being saved."""
+        file_format = connector.file_format
         problems = []
         if not self.checkpoint:
             problems.append(
-                "has no checkpoint: add a folder of its own to its save_args, "
-                "beside the other sinks' checkpoints (a new project's catalog has "
-                "`checkpoint: ${globals:output_root}/checkpoints/<the sink's name>`), "
-                "so that a restart resumes where it stopped"
+                Problem(
+                    "has no checkpoint",
+                    "add a folder of its own to its save_args, beside the other "
+                    "sinks' checkpoints (a new project's catalog has `checkpoint: "
+                    "${globals:output_root}/checkpoints/<the sink's name>`), so that "
+                    "a restart resumes where it stopped",
+                    id="SINK_WITHOUT_CHECKPOINT",
+                )
             )
-        problems += self._output_mode_problems(file_format)
+        problems += self._output_mode_problems(connector)
         if self.merge_on is not None and (
-            file_format != DELTA_FORMAT
+            not connector.upserts
             or not path
             or self.foreach_batch
             or not self.merge_on
             or not all(isinstance(key, str) for key in self.merge_on)
         ):
             problems.append(
-                "has merge_on, which upserts into a Delta table: give it "
-                "`file_format: delta`, a filepath, no foreach_batch, and the key "
-                "columns as a list, e.g. `merge_on: [window_start, pickup_borough]`"
+                Problem(
+                    "has merge_on, which upserts into a Delta table",
+                    "give it `file_format: delta`, a filepath, no foreach_batch, and "
+                    "the key columns as a list, e.g. `merge_on: [window_start, "
+                    "pickup_borough]`",
+                    id="SINK_MERGE_ON_WITHOUT_DELTA",
+                )
             )
         if self.trigger is not None and (
             not isinstance(self.trigger, dict)
@@ -84,37 +95,59 @@ class SinkArgs:
             or next(iter(self.trigger)) not in TRIGGER_KINDS
         ):
             problems.append(
-                f"has trigger {self.trigger!r}: use one of "
-                + ", ".join(f"'{kind}: ...'" for kind in TRIGGER_KINDS)
+                Problem(
+                    f"has trigger {self.trigger!r}",
+                    "use one of "
+                    + ", ".join(f"'{kind}: ...'" for kind in TRIGGER_KINDS),
+                    id="SINK_TRIGGER_UNKNOWN",
+                )
             )
         if self.real_time and (
-            self.output_mode != "update" or file_format != "kafka" or self.foreach_batch
+            self.output_mode != "update"
+            or not connector.real_time
+            or self.foreach_batch
         ):
             problems.append(
-                "runs in Real-Time Mode (trigger realTime), which writes to Kafka "
-                "in output mode update only: set `file_format: kafka` and "
-                "`output_mode: update`, or give it a processingTime trigger"
+                Problem(
+                    "runs in Real-Time Mode (trigger realTime), which writes to Kafka "
+                    "in output mode update only",
+                    "set `file_format: kafka` and `output_mode: update`, or give it "
+                    "a processingTime trigger",
+                    id="SINK_REAL_TIME_NOT_KAFKA_UPDATE",
+                )
             )
         if not file_format and not self.foreach_batch:
-            problems.append("has no file_format: set e.g. `file_format: parquet`")
+            problems.append(
+                Problem(
+                    "has no file_format",
+                    "set e.g. `file_format: parquet`",
+                    id="SINK_WITHOUT_FORMAT",
+                )
+            )
         return problems
 
-    def _output_mode_problems(self, file_format: str) -> list[str]:
+    def _output_mode_problems(self, connector: Connector) -> list[Problem]:
         if self.output_mode not in OUTPUT_MODES:
             return [
-                f"has output_mode '{self.output_mode}': use one of "
-                f"{', '.join(OUTPUT_MODES)}"
+                Problem(
+                    f"has output_mode '{self.output_mode}'",
+                    f"use one of {', '.join(OUTPUT_MODES)}",
+                    id="SINK_OUTPUT_MODE_UNKNOWN",
+                )
             ]
         if (
-            file_format in (*APPEND_ONLY_FORMATS, DELTA_FORMAT)
+            connector.only_appends
             and self.output_mode != "append"
             and not self.foreach_batch
             and not self.merge_on
         ):
             return [
-                f"has output_mode '{self.output_mode}', which a {file_format} "
-                "sink does not support (it only appends): use append, with a "
-                "watermark before any aggregation, or a sink that can update "
-                "(kafka, foreach_batch, or delta with merge_on)"
+                Problem(
+                    f"has output_mode '{self.output_mode}', which a "
+                    f"{connector.file_format} sink does not support (it only appends)",
+                    "use append, with a watermark before any aggregation, or a sink "
+                    "that can update (kafka, foreach_batch, or delta with merge_on)",
+                    id="SINK_ONLY_APPENDS",
+                )
             ]
         return []

@@ -7,29 +7,21 @@ import importlib
 from typing import Any
 
 from kedro.io.core import DatasetError
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
-from kedro_streaming._connectors.delta import (
-    DELTA_FORMAT,
-    create_delta_table,
-    upsert_batches,
-)
-from kedro_streaming._connectors.files import SELF_DESCRIBING_FORMATS
-from kedro_streaming._connectors.sink_args import SinkArgs
-from kedro_streaming._run.session import spark_session
+from kedro_streaming._connectors.base import Connector, Entry
 from kedro_streaming._spark import with_trigger
 
-# Formats whose schema is fixed or carried by the data itself.
-SCHEMA_FREE_FORMATS = ("kafka", "rate", "text", "socket", "delta")
 # Spark's causes for a source that holds nothing to stream yet.
 _NOTHING_YET = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA", "DELTA_SCHEMA_NOT_SET")
 
 
-def read_stream(
-    file_format: str,
+def read_stream(  # noqa: PLR0913 (a source's parts)
+    spark: SparkSession,
+    connector: Connector,
     path: str | None,
     options: dict[str, Any],
     schema: StructType | str | None,
@@ -50,16 +42,16 @@ def read_stream(
     by a later run is read (null in older files); ``written_schema``, what
     this process's own query writes there, wins over the committed one.
     """
-    spark = spark_session()
+    file_format = connector.file_format
     reader = spark.readStream.format(file_format).options(**options)
-    if file_format == DELTA_FORMAT:
-        schema = None  # a Delta table carries its own; Spark refuses another
+    if connector.keeps_schema:
+        schema = None  # the table carries its own; Spark refuses another
     try:
-        if schema is None and path and file_format not in SCHEMA_FREE_FORMATS:
+        if schema is None and path and connector.takes_schema:
             # Read even when this process writes the sink: a folder
             # without committed files has nothing to stream yet.
             batch = spark.read.format(file_format)
-            if file_format in SELF_DESCRIBING_FORMATS:
+            if connector.self_describing:
                 batch = batch.option("mergeSchema", "true")
             committed = batch.load(path).schema
             schema = written_schema or committed
@@ -73,7 +65,7 @@ def read_stream(
             raise
         or_schema = (
             ""
-            if file_format == DELTA_FORMAT
+            if connector.keeps_schema
             else ", or give the source a `schema` in its load_args"
         )
         raise DatasetError(
@@ -121,11 +113,9 @@ def without_watermark(schema: StructType) -> StructType:
     )
 
 
-def start_query(  # noqa: PLR0913 (a sink's parts)
+def start_query(
+    entry: Entry,
     data: DataFrame,
-    sink: SinkArgs,
-    file_format: str,
-    path: str | None,
     options: dict[str, Any],
     *,
     trigger: dict[str, Any] | None,
@@ -136,20 +126,16 @@ def start_query(  # noqa: PLR0913 (a sink's parts)
 
     Args:
         data: What the query writes (encoded, observed).
-        sink: The sink's ``save_args``.
         options: The writer's options, credentials' included.
         upserted: The node's DataFrame, whose schema a ``merge_on`` table takes.
     """
+    sink = entry.sink
     writer = data.writeStream.outputMode(sink.output_mode).option(
         "checkpointLocation", sink.checkpoint
     )
-    if file_format == DELTA_FORMAT:
-        # Columns the query adds (checked before it starts: nothing else
-        # changes) join the table's schema.
-        writer = writer.option("mergeSchema", "true")
-    writer = writer.options(**options)
-    if file_format:
-        writer = writer.format(file_format)
+    writer = entry.connector.writer(entry, writer).options(**options)
+    if entry.file_format:
+        writer = writer.format(entry.file_format)
     if query_name:
         writer = writer.queryName(query_name)
     if trigger:
@@ -161,13 +147,7 @@ def start_query(  # noqa: PLR0913 (a sink's parts)
         )
     if sink.foreach_batch:
         writer = writer.foreachBatch(_import_function(sink.foreach_batch))
-    if sink.merge_on:
-        create_delta_table(upserted.sparkSession, path, upserted)
-        writer = writer.foreachBatch(
-            upsert_batches(path, sink.merge_on, sink.checkpoint)
-        )
-        return writer.start()
-    return writer.start(path) if path else writer.start()
+    return entry.connector.start(entry, writer, upserted)
 
 
 def _import_function(reference: str):

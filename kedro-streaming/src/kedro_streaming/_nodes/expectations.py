@@ -27,7 +27,6 @@ show.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from pyspark.sql.types import BooleanType
 from kedro_streaming._nodes.records import record_origin, sql_name
 from kedro_streaming._spark import pyspark_error_logs_off
 from kedro_streaming.errors import StreamingConfigError
+from kedro_streaming.problems import did_you_mean
 
 ACTIONS = ("warn", "quarantine", "fail")
 # The observed metric: one count per rule, and these totals.
@@ -102,10 +102,10 @@ def expectations_from_config(
                 "that a good record satisfies, e.g. `<column> >= 0` or `<column> IS NOT NULL`."
             )
         if action not in ACTIONS:
-            close = difflib.get_close_matches(str(action), ACTIONS, n=1, cutoff=0.6)
+            fix = did_you_mean(str(action), ACTIONS)
             raise StreamingConfigError(
                 f"{where}: action {action!r} is not one of {', '.join(ACTIONS)}"
-                + (f": did you mean {close[0]!r}?" if close else ".")
+                + (f": {fix}" if fix else ".")
             )
         expectations.append(Expectation(name, expect.strip(), action))
     return expectations

@@ -22,29 +22,19 @@ from kedro.framework.hooks import hook_impl
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 
-from kedro_streaming._connectors.dataset import SparkStreamingDataset
+from kedro_streaming._checks.avro_replans import register_avro_values
+from kedro_streaming._checks.catalog import fan_out
+from kedro_streaming._checks.checks import check_before_spark, check_with_spark
+from kedro_streaming._checks.constants import check_constants
+from kedro_streaming._checks.planner_warmup import planner_warm_up
+from kedro_streaming._checks.plans import Plans, check_plans
+from kedro_streaming._checks.spec import RunSpec
 from kedro_streaming._nodes.lookup import run_reads_each_table_once
-from kedro_streaming._run.avro_replans import register_avro_values
-from kedro_streaming._run.catalog import (
-    catalog_names_by_env,
-    fan_out,
-    streaming_datasets,
-)
-from kedro_streaming._run.checks import (
-    check_before_spark,
-    check_run,
-    check_runtime_params,
-    run_trigger,
-)
+from kedro_streaming._observe.endpoint import serve_metrics
+from kedro_streaming._observe.state import streaming_settings
 from kedro_streaming._run.console import run_console
-from kedro_streaming._run.constants import check_constants
-from kedro_streaming._run.endpoint import metrics_endpoint, serve_metrics
-from kedro_streaming._run.metrics import check_port_free
-from kedro_streaming._run.planner_warmup import planner_warm_up
-from kedro_streaming._run.plans import Plans, check_plans
-from kedro_streaming._run.session import spark_session
-from kedro_streaming._run.state import StreamState, streaming_settings
 from kedro_streaming._run.supervisor import QuerySupervisor
+from kedro_streaming._session.session import spark_session
 
 # Named as before 0.7.0: projects' logging.yml may set its level.
 logger = logging.getLogger("kedro_streaming.queries")
@@ -63,7 +53,6 @@ class StreamingQueryHooks:
     """
 
     def __init__(self) -> None:
-        self._other_envs = dict
         self._config_loader: Any = None
         self._settings: dict[str, Any] = {}
         self._queries = QuerySupervisor()
@@ -72,7 +61,6 @@ class StreamingQueryHooks:
     @hook_impl
     def after_context_created(self, context: KedroContext) -> None:
         self._settings = streaming_settings(context.config_loader)
-        self._other_envs = lambda: catalog_names_by_env(context.config_loader)
         self._config_loader = context.config_loader
         # The progress lines are INFO: shown unless the project's logging
         # configuration sets this package's level (Kedro's default sets none).
@@ -139,78 +127,55 @@ class StreamingQueryHooks:
         self, run_params: dict[str, Any], pipeline: Pipeline, catalog: DataCatalog
     ) -> QuerySupervisor:
         """The run's queries, ready to start once every check passed."""
-        state = StreamState.from_settings(self._settings)
-        sinks, plans = self._check(run_params, pipeline, catalog, state)
-        for line in fan_out(catalog, pipeline, list(sinks)):
-            logger.warning("Fan-out: %s.", line)
-        trigger = run_trigger(self._settings)
-
-        # The run's trigger wins; else the sink's own; else the run's interval.
-        interval = str(self._settings.get("trigger_interval", "10 seconds"))
-        triggers = {
-            name: trigger or dataset.trigger or {"processingTime": interval}
-            for name, dataset in sinks.items()
-        }
-        metrics, linger = serve_metrics(self._settings) if sinks else (None, 0.0)
-        run = QuerySupervisor(
+        run = RunSpec.read(
             catalog,
             pipeline,
-            triggers=triggers,
-            state=state,
+            self._settings,
+            env=run_params.get("env"),
+            project_path=run_params.get("project_path"),
+            config_loader=self._config_loader,
+        )
+        plans = self._check(run)
+        for line in fan_out(catalog, pipeline, list(run.sinks)):
+            logger.warning("Fan-out: %s.", line)
+        metrics, linger = serve_metrics(self._settings) if run.sinks else (None, 0.0)
+        queries = QuerySupervisor(
+            run,
             metrics=metrics,
             serve_after_failure=linger,
             planner_warm_up=planner_warm_up(self._settings),
         )
-        run.watch_signals()
+        queries.watch_signals()
         # Last: the run starts what was checked; each node runs once.
-        run.put_back_nodes = plans.replay()
-        return run
+        queries.put_back_nodes = plans.replay()
+        return queries
 
-    def _check(
-        self,
-        run_params: dict[str, Any],
-        pipeline: Pipeline,
-        catalog: DataCatalog,
-        state: StreamState,
-    ) -> tuple[dict[str, SparkStreamingDataset], Plans]:
-        """Every check of the run, each query's plan built among them: the
-        run's sinks and their plans."""
+    def _check(self, run: RunSpec) -> Plans:
+        """Every check of the run, each query's plan built among them."""
         began = time.monotonic()
-        check_runtime_params(self._config_loader)
-        check_before_spark(
-            catalog,
-            pipeline,
-            self._settings,
-            state,
-            other_envs=self._other_envs,
-            project_path=run_params.get("project_path"),
-        )
-        sinks = streaming_datasets(catalog, pipeline.all_outputs())
-        if sinks:
-            address, port = metrics_endpoint(self._settings)
-            if port:  # taken: say so before Spark starts, not after
-                check_port_free(address, port)
+        check_before_spark(run)
         checking = time.monotonic() - began
         spark = spark_session()
         began = time.monotonic()
-        check_run(spark, catalog, pipeline, self._settings, env=run_params.get("env"))
+        check_with_spark(run, spark)
         # Every query built and checked before the first starts, as `validate`
         # does: a node's mistake fails the run before anything is written.
         planning = time.monotonic()
-        bounded = run_trigger(self._settings) is not None
-        plans = check_plans(spark, catalog, pipeline, sinks, bounded=bounded)
-        check_constants(spark, catalog, pipeline, plans)
+        plans = check_plans(
+            spark, run.catalog, run.pipeline, run.sinks, bounded=run.bounded
+        )
+        check_constants(spark, run.catalog, run.pipeline, plans)
         planning = time.monotonic() - planning
-        register_avro_values(catalog, pipeline, sinks, plans)
+        register_avro_values(run.catalog, run.pipeline, run.sinks, plans)
         logger.info(
             "Checked the streaming configuration in %.2f s (the queries' plans "
             "%.2f s): %d sources, %d sinks.",
             checking + time.monotonic() - began,
             planning,
-            len(streaming_datasets(catalog, pipeline.inputs())),
-            len(sinks),
+            len(run.sources),
+            len(run.sinks),
         )
-        return sinks, plans
+        return plans
 
 
 def _enter_run() -> Callable[[bool], None]:

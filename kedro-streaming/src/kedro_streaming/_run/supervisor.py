@@ -12,36 +12,35 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from kedro.io import DataCatalog
 from kedro.io.core import DatasetError
-from kedro.pipeline import Pipeline
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import StreamingQuery
 
-from kedro_streaming._connectors.dataset import SparkStreamingDataset
-from kedro_streaming._run.avro_replans import AvroReplans
-from kedro_streaming._run.describe import (
+from kedro_streaming._checks.avro_replans import AvroReplans
+from kedro_streaming._checks.describe import (
+    addresses,
     describe_sources,
     describe_trigger,
     ends_by_itself,
-    kafka_topics,
 )
-from kedro_streaming._run.endpoint import POLL_SECONDS, serve_the_failure
-from kedro_streaming._run.metrics import StreamMetrics
-from kedro_streaming._run.observations import SharedObservations
-from kedro_streaming._run.planner_warmup import PlannerWarmUp
-from kedro_streaming._run.progress import ProgressLog, describe_expectations
-from kedro_streaming._run.realtime import (
+from kedro_streaming._checks.planner_warmup import PlannerWarmUp
+from kedro_streaming._checks.realtime import (
     interval_ms,
     quiet_interrupted_tasks,
     real_time_plan_problem,
 )
-from kedro_streaming._run.session import spark_session
-from kedro_streaming._run.state import StreamState
-from kedro_streaming._run.timer_warnings import (
+from kedro_streaming._checks.spec import RunSpec
+from kedro_streaming._dataset import SparkStreamingDataset
+from kedro_streaming._observe.endpoint import POLL_SECONDS, serve_the_failure
+from kedro_streaming._observe.metrics import StreamMetrics
+from kedro_streaming._observe.observations import SharedObservations
+from kedro_streaming._observe.progress import ProgressLog, describe_expectations
+from kedro_streaming._observe.state import StreamState
+from kedro_streaming._observe.timer_warnings import (
     DeletedTimerWarnings,
     count_deleted_timer_warnings,
 )
+from kedro_streaming._session.session import spark_session
 from kedro_streaming._spark import headline, jvm_of
 from kedro_streaming.errors import StreamingConfigError, StreamingQueryFailed
 
@@ -50,24 +49,21 @@ logger = logging.getLogger("kedro_streaming.queries")
 
 
 class QuerySupervisor:
-    """Starts, watches and stops one run's streaming queries. Without a
-    catalog (no run checked yet) it has none to start."""
+    """Starts, watches and stops one run's streaming queries. Without a run
+    (none checked yet) it has none to start."""
 
     def __init__(
         self,
-        catalog: DataCatalog | None = None,
-        pipeline: Pipeline | None = None,
+        run: RunSpec | None = None,
         *,
-        triggers: dict[str, dict[str, Any]] | None = None,
-        state: StreamState | None = None,
         metrics: StreamMetrics | None = None,
         serve_after_failure: float = 0.0,
         planner_warm_up: int = 0,
     ) -> None:
-        self._catalog = catalog
-        self._pipeline = pipeline
-        self._triggers = triggers or {}
-        self._state = state or StreamState.from_settings({})
+        self._run = run or RunSpec()
+        catalog, pipeline = (run.catalog, run.pipeline) if run else (None, None)
+        self._triggers = self._run.triggers()
+        self._state = self._run.state or StreamState.from_settings({})
         self._metrics = metrics
         self._serve_after_failure = serve_after_failure
         self._progress = ProgressLog(self._state, metrics)
@@ -128,7 +124,7 @@ class QuerySupervisor:
             "Started streaming query '%s' (id %s) from %s: %s.",
             name,
             self._queries[name].id,
-            describe_sources(self._catalog, self._pipeline, name),
+            describe_sources(self._run.sources_of(name)),
             describe_trigger(self._triggers[name]),
         )
 
@@ -266,7 +262,10 @@ class QuerySupervisor:
         if self._metrics is not None:
             self._metrics.status(name, "failed")
         self.stop_all()
-        topics = kafka_topics(self._catalog, self._pipeline, name, self._dataset(name))
+        sink = self._dataset(name)
+        topics = addresses(
+            {**self._run.sources_of(name), **({name: sink} if sink else {})}
+        )
         raise StreamingQueryFailed(
             f"Streaming query '{name}'{topics} failed: {headline(error)}\n"
             "Its checkpoint is intact: fix the cause and run again to "
@@ -282,10 +281,7 @@ class QuerySupervisor:
         return dataset.checkpoint if dataset is not None else None
 
     def _dataset(self, name: str) -> SparkStreamingDataset | None:
-        if self._catalog is None or name not in self._catalog:
-            return None
-        dataset = self._catalog[name]
-        return dataset if isinstance(dataset, SparkStreamingDataset) else None
+        return self._run.sinks.get(name)
 
 
 class StopSignals:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kedro_streaming._connectors.kafka_security import jaas_quote
+from kedro_streaming._connectors.kafka.security import jaas_quote
 from kedro_streaming.devtools.broker_jars import BrokerError
 from kedro_streaming.devtools.processes import HOST, free_ports, port_is_free
 

@@ -223,7 +223,7 @@ def _broker_p12(folder: Path) -> None:
 def _java_trust_store(ca: Path, store: Path, password: str) -> None:
     """A PKCS12 trust store Java reads (its CA entry marked trusted, which
     only keytool does)."""
-    from kedro_streaming._connectors.kafka_stores import keytool  # noqa: PLC0415
+    from kedro_streaming._connectors.kafka.stores import keytool  # noqa: PLC0415
 
     store.unlink(missing_ok=True)
     subprocess.run(

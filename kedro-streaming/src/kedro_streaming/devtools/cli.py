@@ -1,39 +1,12 @@
-"""Development services of a streaming project, run from the project root.
-
-    kedro streams broker start|stop|status|reset|tls-files|add-users
-    kedro streams registry start|stop|status|reset
-    kedro streams cluster start|stop|status
-    kedro streams connect start|stop|status
-    kedro streams submit [--env cluster] [-- <kedro run options>]
-    kedro streams send --topic T [--key FIELD] FILE|-   # JSON lines to Kafka
-    kedro streams watch --topic T                       # a topic's messages
-
-(``python -m kedro_streaming.devtools ...`` is the same, without Kedro's CLI.)
-
-Each command reads what it needs (the input folders, the broker address,
-topics and credentials, Spark settings) from ``conf/<env>``, as
-``kedro run --env <env>`` does.
-"""
-
-from __future__ import annotations
+"""``python -m kedro_streaming.devtools``: the development services of
+``kedro streams`` (:data:`kedro_streaming._cli.COMMANDS`), without Kedro's CLI."""
 
 import click
 
-from kedro_streaming.devtools.cli_base import ServiceGroup
-from kedro_streaming.devtools.cli_broker import broker_group
-from kedro_streaming.devtools.cli_registry import registry_group
-from kedro_streaming.devtools.cli_spark import (
-    cluster_group,
-    connect_group,
-    submit,
-    submit_command,
-)
-from kedro_streaming.devtools.cli_topics import send, watch
-
-__all__ = ["main", "submit_command"]
+from kedro_streaming._cli import DEV_SERVICES, LazyGroup
 
 
-@click.group(cls=ServiceGroup)
+@click.group(cls=LazyGroup, lazy=DEV_SERVICES)
 def main() -> None:
     """Development services of a streaming project, run from the project root.
 
@@ -41,15 +14,3 @@ def main() -> None:
     credentials, Spark settings) from conf/<env>, as `kedro run --env <env>`
     does.
     """
-
-
-for _command in (
-    broker_group,
-    registry_group,
-    cluster_group,
-    connect_group,
-    submit,
-    send,
-    watch,
-):
-    main.add_command(_command)

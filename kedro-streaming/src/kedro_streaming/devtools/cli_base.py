@@ -41,7 +41,6 @@ class ServiceGroup(click.Group):
     """A service's commands (``start``, ``stop``, ...), each a :class:`ServiceCommand`."""
 
     command_class = ServiceCommand
-    group_class = type  # subgroups of the same class
 
 
 def data_dir_option(default: Path):
@@ -59,15 +58,27 @@ grace_option = click.option(
 )
 
 
-def stop_service(data_dir: Path, state_file: str, what: str, grace: float) -> int:
-    """Stops what ``state_file`` in ``data_dir`` records."""
-    stopped = stop_recorded(data_dir, state_file, grace)
-    say(f"Stopped the {what}." if stopped else f"The {what} was not running.")
-    return 0
+def add_stop_and_status(
+    group: click.Group,
+    with_data_dir,
+    state_file: str,
+    what: str,
+    stop_help: str = "Stop it.",
+) -> None:
+    """``stop`` and ``status`` of the service ``state_file`` in --data-dir records."""
 
+    @group.command(help=stop_help)
+    @grace_option
+    @with_data_dir
+    def stop(grace: float, data_dir: Path) -> int:
+        stopped = stop_recorded(data_dir, state_file, grace)
+        say(f"Stopped the {what}." if stopped else f"The {what} was not running.")
+        return 0
 
-def service_status(data_dir: Path, state_file: str) -> int:
-    """Prints what ``state_file`` in ``data_dir`` records; 3 unless it runs."""
-    state = spark.status(data_dir, state_file)
-    say(json.dumps(state, indent=2))
-    return 0 if state["running"] else 3
+    @group.command()
+    @with_data_dir
+    def status(data_dir: Path) -> int:
+        """Its state (exit 3 unless it runs)."""
+        state = spark.status(data_dir, state_file)
+        say(json.dumps(state, indent=2))
+        return 0 if state["running"] else 3

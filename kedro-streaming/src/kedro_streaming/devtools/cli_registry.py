@@ -10,10 +10,8 @@ import click
 from kedro_streaming.devtools import registry
 from kedro_streaming.devtools.cli_base import (
     ServiceGroup,
+    add_stop_and_status,
     data_dir_option,
-    grace_option,
-    service_status,
-    stop_service,
 )
 from kedro_streaming.devtools.config import kafka_conf
 from kedro_streaming.devtools.processes import say
@@ -49,19 +47,13 @@ def start(port: int | None, heap: str, timeout: float, env: str, data_dir: Path)
     return 0
 
 
-@registry_group.command()
-@grace_option
-@with_data_dir
-def stop(grace: float, data_dir: Path) -> int:
-    """Stop it; the schemas stay."""
-    return stop_service(data_dir, registry.STATE_FILE, "registry", grace)
-
-
-@registry_group.command()
-@with_data_dir
-def status(data_dir: Path) -> int:
-    """Its state (exit 3 unless it runs)."""
-    return service_status(data_dir, registry.STATE_FILE)
+add_stop_and_status(
+    registry_group,
+    with_data_dir,
+    registry.STATE_FILE,
+    "registry",
+    "Stop it; the schemas stay.",
+)
 
 
 @registry_group.command()

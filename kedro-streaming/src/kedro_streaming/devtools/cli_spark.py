@@ -18,10 +18,8 @@ from kedro_streaming.devtools import spark
 from kedro_streaming.devtools.cli_base import (
     ServiceCommand,
     ServiceGroup,
+    add_stop_and_status,
     data_dir_option,
-    grace_option,
-    service_status,
-    stop_service,
 )
 from kedro_streaming.devtools.processes import say
 
@@ -91,25 +89,8 @@ def start_connect(
     return 0
 
 
-def _add_stop_and_status(group: click.Group, state_file: str, what: str) -> None:
-    """``stop`` and ``status`` of the service ``state_file`` records."""
-
-    @group.command()
-    @grace_option
-    @with_data_dir
-    def stop(grace: float, data_dir: Path) -> int:
-        """Stop it."""
-        return stop_service(data_dir, state_file, what, grace)
-
-    @group.command()
-    @with_data_dir
-    def status(data_dir: Path) -> int:
-        """Its state (exit 3 unless it runs)."""
-        return service_status(data_dir, state_file)
-
-
-_add_stop_and_status(cluster_group, spark.CLUSTER_STATE, "cluster")
-_add_stop_and_status(connect_group, spark.CONNECT_STATE, "server")
+add_stop_and_status(cluster_group, with_data_dir, spark.CLUSTER_STATE, "cluster")
+add_stop_and_status(connect_group, with_data_dir, spark.CONNECT_STATE, "server")
 
 
 @click.command(

@@ -26,7 +26,7 @@ from kafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from kedro_streaming._connectors.kafka_clients import client_security  # noqa: F401 (its home)
+from kedro_streaming._connectors.kafka.clients import client_security  # noqa: F401 (its home)
 from kedro_streaming.errors import StreamingConfigError
 
 
@@ -285,7 +285,7 @@ def watch_avro(
     """Prints every message of ``topic`` from the start as a JSON line:
     ``topic``, ``partition``, ``offset``, ``timestamp`` (epoch milliseconds),
     ``key`` and ``value``, each decoded by ``read``
-    (:func:`~kedro_streaming._connectors.schema_registry.avro_reader`; a key only when it
+    (:func:`~kedro_streaming._connectors.avro.registry.avro_reader`; a key only when it
     is framed, else its text). A message that does not decode is named on
     stderr, with its offset and why.
 

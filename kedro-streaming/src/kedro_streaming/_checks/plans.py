@@ -1,0 +1,425 @@
+"""Every streaming query of a run built before any starts: a dry run.
+
+The pipeline's nodes run on what the catalog loads, in the order Kedro runs
+them, and each sink's DataFrame is checked as Spark checks it when its query
+starts. ``kedro run`` does this before its first query starts, and ``kedro
+streams validate`` is this dry run: a node or parameter mistake is one line
+naming the node and its cause, and nothing has started.
+
+Nothing is written, no checkpoint is made and no offset is read: a streaming
+DataFrame reads nothing until its query starts. ``kedro run`` then starts the
+DataFrames it checked (``Plans.replay``): each node runs once.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyspark
+from kedro.io import DataCatalog
+from kedro.io.core import DatasetError
+from kedro.pipeline import Node, Pipeline
+from pyspark.errors import AnalysisException
+from pyspark.sql import functions as F
+
+from kedro_streaming._checks.describe import ends_by_itself
+from kedro_streaming._checks.realtime import real_time_plan_problem
+from kedro_streaming._checks.sink_schemas import check_sink_schema
+from kedro_streaming._checks.stateful import (
+    missing_api_problem,
+    redefined_watermark_problem,
+    transform_with_state_problem,
+    unwatermarked_join_note,
+)
+from kedro_streaming._checks.watermarks import (
+    inherited_watermark_problem,
+    union_watermark_note,
+)
+from kedro_streaming._dataset import SparkStreamingDataset
+from kedro_streaming._spark import (
+    headline,
+    java_frame,
+    jvm_of,
+    pyspark_error_logs_off,
+)
+from kedro_streaming.errors import StreamingConfigError
+
+# Named as before 0.7.0: projects' logging.yml may set its level.
+logger = logging.getLogger("kedro_streaming.plans")
+
+# What a stream over a sink with nothing committed yet says, over Spark
+# Connect (classic Spark says it when the stream is made: a DatasetError).
+_NOTHING_YET = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA", "DELTA_SCHEMA_NOT_SET")
+
+# What a node's run logs itself, and each load: the dry run reports a
+# failure once, as its own line, and a real run's log shows its loads once.
+_QUIET_LOGGERS = ("kedro.pipeline.node", "kedro.io.data_catalog")
+
+
+@dataclass
+class Plans:
+    """The dry run's outcome.
+
+    Attributes:
+        frames: Each sink's DataFrame whose plan Spark would start, in the
+            order the nodes made them.
+        problems: One line per problem: ``query <sink>: node <node> fails:
+            <cause>``, or ``query <sink> (node <node>): <what Spark refuses>``.
+        stand_ins: The sinks among ``frames`` whose query reads a sink of this
+            run, which the dry run read as a stand-in (see ``_input``).
+        notes: One line per change a query may make, to say before it starts
+            (a column a sink gains).
+        returned: What each node's function returned, for the nodes not
+            built on a stand-in: the run's own.
+    """
+
+    frames: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    stand_ins: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+    returned: dict[Node, Any] = field(default_factory=dict)
+
+    def replay(self) -> Callable[[], None]:
+        """Makes each node in ``returned`` return, when the run calls it, what
+        it returned in the dry run (once; later calls run the function), so
+        the run starts the DataFrames that were checked and no node runs
+        twice. Returns what puts every function back (call it when the run
+        ends, whether or not each node ran).
+
+        A node built on a stand-in (it reads a sink of this run) runs again:
+        the run reads that sink once it is written.
+        """
+        originals = {node: node.func for node in self.returned}
+
+        def put_back() -> None:
+            for node, func in originals.items():
+                _set_func(node, func)
+
+        for node, returned in self.returned.items():
+            _set_func(node, _once(node, returned))
+        return put_back
+
+
+def build_plans(
+    spark: Any,
+    catalog: DataCatalog,
+    pipeline: Pipeline,
+    sinks: dict[str, SparkStreamingDataset],
+    *,
+    bounded: bool = False,
+) -> Plans:
+    """Runs the nodes that make ``sinks`` on dry inputs and checks each
+    sink's DataFrame; other nodes (a batch report after them) do not run.
+    ``bounded``: the run gives every query an ``availableNow`` trigger.
+
+    A node that fails is reported with the queries it belongs to; the nodes
+    after it are skipped (their inputs are missing).
+    """
+    plans = Plans()
+    frames: dict[str, Any] = {}
+    failed: set[str] = set()
+    standing: set[str] = set()  # DataFrames built on a stand-in
+    needed = pipeline.to_outputs(*sinks).nodes if sinks else []
+    for node in needed:  # in the order Kedro runs them
+        if failed & set(node.inputs):
+            failed |= set(node.outputs)
+            continue
+        inputs: dict[str, Any] = {}
+        try:
+            # The error is said once, below: not by PySpark's loggers too.
+            with _quiet(), pyspark_error_logs_off():
+                for name in node.inputs:
+                    inputs[name] = _input(spark, catalog, sinks, frames, name)
+                returned, outputs = _run_recorded(node, inputs)
+        except Exception as error:  # a node's own error, reported with its query
+            failed |= set(node.outputs)
+            queries = _queries_of(pipeline, sinks, node.outputs)
+            plans.problems.append(
+                f"query {', '.join(queries or node.outputs)}: node {node.name} "
+                f"fails: {node_failure(error, inputs)}"
+            )
+            continue
+        frames.update(outputs)
+        if any(name in standing or name in sinks for name in node.inputs):
+            standing |= set(outputs)
+        elif not inspect.isgenerator(returned):  # a generator is spent
+            plans.returned[node] = returned
+        for name in sorted(set(outputs) & set(sinks)):
+            problem = sink_plan_problem(
+                spark, sinks[name], outputs[name], plans, name, bounded=bounded
+            )
+            if problem:
+                plans.problems.append(f"query {name} (node {node.name}): {problem}")
+                continue
+            plans.frames[name] = outputs[name]
+            if name in standing:
+                plans.stand_ins.add(name)
+    return plans
+
+
+def check_plans(
+    spark: Any,
+    catalog: DataCatalog,
+    pipeline: Pipeline,
+    sinks: dict[str, SparkStreamingDataset],
+    *,
+    bounded: bool = False,
+) -> Plans:
+    """``build_plans``, its notes logged, failing on any problem: one line each.
+
+    Raises:
+        StreamingConfigError: A query cannot start as its nodes build it.
+    """
+    plans = build_plans(spark, catalog, pipeline, sinks, bounded=bounded)
+    for note in plans.notes:  # said whether the run goes on or not
+        logger.warning("%s.", note)
+    raise_problems(plans)
+    return plans
+
+
+def raise_problems(plans: Plans) -> None:
+    """Fails on the queries that cannot start as their nodes build them.
+
+    Raises:
+        StreamingConfigError: ``plans`` has problems, one line each.
+    """
+    if plans.problems:
+        raise StreamingConfigError(
+            "Streaming queries cannot start as the pipeline's nodes build them "
+            "(`kedro streams validate` lists the same):\n"
+            + "\n".join(
+                "  - " + problem.replace("\n", "\n    ") for problem in plans.problems
+            )
+        )
+
+
+def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
+    spark: Any,
+    dataset: SparkStreamingDataset,
+    frame: Any,
+    plans: Plans,
+    name: str,
+    *,
+    bounded: bool = False,
+) -> str | None:
+    """What Spark would refuse when starting the sink's query, without
+    starting it, or a change of its sink's schema or state that cannot be
+    resumed; ``None`` if nothing (a change that can is noted in ``plans``).
+    Each check of a sink's DataFrame belongs here: both ``kedro run`` and
+    ``validate`` make it."""
+    try:
+        frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
+    except Exception as error:
+        return headline(error)
+    problems = dataset.data_problems(frame)
+    if problems:
+        return problems[0]
+    if dataset.real_time:
+        problem = real_time_plan_problem(frame, spark.version)
+        if problem:
+            return problem
+    problem = _output_mode_problem(spark, dataset.output_mode, frame)
+    if problem:
+        return problem
+    ends = bounded or ends_by_itself(dataset.trigger)
+    problem = (
+        transform_with_state_problem(spark, frame, bounded=ends)
+        or redefined_watermark_problem(spark, frame)
+        or inherited_watermark_problem(frame)
+    )
+    if problem:
+        return problem
+    for note in (unwatermarked_join_note(frame), union_watermark_note(frame)):
+        if note:
+            plans.notes.append(f"'{name}' {note}")
+    check = check_sink_schema(name, dataset, frame)
+    plans.notes += [f"'{name}' {note}" for note in check.notes]
+    return f"'{name}' {check.problems[0]}." if check.problems else None
+
+
+def _output_mode_problem(spark: Any, mode: str, frame: Any) -> str | None:
+    """What Spark's check of a streaming plan against its output mode (made
+    when a query starts) refuses; over Spark Connect Spark checks at start."""
+    jvm = jvm_of(spark)
+    if jvm is None:
+        return None
+    checking = spark.conf.get("spark.sql.streaming.unsupportedOperationCheck", "true")
+    if checking.strip().lower() == "false":  # Spark would not check it either
+        return None
+    modes = jvm.org.apache.spark.sql.streaming.OutputMode
+    analysis = jvm.org.apache.spark.sql.catalyst.analysis
+    try:
+        analysis.UnsupportedOperationChecker.checkForStreaming(
+            java_frame(frame).queryExecution().analyzed(),
+            {
+                "append": modes.Append,
+                "update": modes.Update,
+                "complete": modes.Complete,
+            }[mode](),
+        )
+    except Exception as error:
+        problem = headline(error)
+        if "aggregations without watermark" in problem:
+            problem += (
+                " Fix: in the node, `.withWatermark(<event-time column>, "
+                "<delay>)` before the aggregation (append writes a window once "
+                "the watermark passes it), or give the sink `output_mode: update`"
+                " or `complete`"
+            )
+        return problem
+    return None
+
+
+def node_failure(error: BaseException, inputs: dict[str, Any]) -> str:
+    """A node's failure in one line: the configuration error behind it if
+    any, and the parameter whose value the message quotes."""
+    missing = missing_api_problem(error, pyspark.__version__)
+    if missing:
+        return missing
+    cause = headline(_configuration_cause(error))
+    named = [
+        key
+        for name, value in inputs.items()
+        if name.startswith("params:") or name == "parameters"
+        for key, leaf in _leaves(name, value)
+        if isinstance(leaf, str)
+        and len(leaf.strip()) > 2
+        and any(f"{quote}{leaf}{quote}" in cause for quote in "'\"`")
+    ]
+    if named:
+        cause += f" (the value of {', '.join(named)})"
+        if "CANNOT_PARSE_INTERVAL" in cause:
+            cause += (
+                f". Fix: give {named[0]} an interval Spark reads, e.g. '10 "
+                "minutes', '30 seconds' or '1 hour', in conf/<env>/parameters*.yml"
+            )
+    return cause
+
+
+def _leaves(key: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """Each value of a parameter, by its dotted name (params:summary.watermark_delay)."""
+    if isinstance(value, dict):
+        for child, inner in value.items():
+            name = f"params:{child}" if key == "parameters" else f"{key}.{child}"
+            yield from _leaves(name, inner)
+    else:
+        yield key, value
+
+
+def _configuration_cause(error: BaseException) -> BaseException:
+    """The configuration error behind ``error``, if any; else the dataset's
+    own error behind Kedro's "Failed while loading data from dataset ...",
+    which quotes the dataset's whole description first."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, StreamingConfigError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(error, DatasetError) and error.__cause__ is not None:
+        return error.__cause__
+    return error
+
+
+def _input(
+    spark: Any,
+    catalog: DataCatalog,
+    sinks: dict[str, SparkStreamingDataset],
+    frames: dict[str, Any],
+    name: str,
+) -> Any:
+    """A node's input in the dry run: a DataFrame built earlier in it; for a
+    sink of this run, a stream over it as the run reads it once written
+    (while it has nothing yet, a stream with its DataFrame's columns and no
+    operators: the run reads files, not the writer's plan); else the
+    catalog's."""
+    if name not in frames:
+        return catalog.load(name)
+    if name not in sinks:
+        return frames[name]
+    dataset, frame = sinks[name], frames[name]
+    own_schema = not dataset.connector.takes_schema
+    try:
+        stream = dataset.stream(schema=None if own_schema else frame.schema)
+        stream.schema  # noqa: B018 (Spark Connect looks at the folder only now)
+    except DatasetError:
+        return _stream_like(spark, frame)
+    except AnalysisException as error:
+        if not any(cause in str(error) for cause in _NOTHING_YET):
+            raise
+        return _stream_like(spark, frame)
+    return stream
+
+
+def _stream_like(spark: Any, frame: Any) -> Any:
+    """A streaming DataFrame with ``frame``'s columns, nothing behind them."""
+    # One null cast to the whole row, then its fields: a cast per column was
+    # four calls into the JVM each, 0.34 s for the example's two stand-ins.
+    empty = F.lit(None).cast(frame.schema).alias("_row")
+    return spark.readStream.format("rate").load().select(empty).select("_row.*")
+
+
+def _run_recorded(node: Node, inputs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``node.run(inputs)``, and what its function returned."""
+    func = node.func
+    returned: list[Any] = []
+
+    @functools.wraps(func)
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        returned.append(func(*args, **kwargs))
+        return returned[0]
+
+    _set_func(node, recording)  # Kedro's way to wrap a node's function
+    try:
+        outputs = node.run(inputs)
+    finally:
+        _set_func(node, func)
+    return returned[0], outputs
+
+
+def _once(node: Node, returned: Any) -> Callable[..., Any]:
+    """A node's function that returns ``returned`` on its first call and
+    then is the function again."""
+    func = node.func
+
+    @functools.wraps(func)
+    def replayed(*args: Any, **kwargs: Any) -> Any:
+        _set_func(node, func)
+        return returned
+
+    return replayed
+
+
+def _set_func(node: Node, func: Callable[..., Any]) -> None:
+    # Kedro's setter deletes the node's cached inputs, which must be there
+    # (a node whose inputs nothing read since has none cached).
+    node.inputs  # noqa: B018
+    node.func = func
+
+
+def _queries_of(
+    pipeline: Pipeline, sinks: dict[str, SparkStreamingDataset], outputs: list[str]
+) -> list[str]:
+    """The sinks whose queries need any of ``outputs``, directly or through
+    other queries."""
+    return [
+        sink for sink in sinks if set(outputs) & pipeline.to_outputs(sink).all_outputs()
+    ]
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    levels = [each.level for each in loggers]
+    for each in loggers:
+        each.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for each, level in zip(loggers, levels, strict=True):
+            each.setLevel(level)

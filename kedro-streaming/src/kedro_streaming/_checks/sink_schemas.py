@@ -1,0 +1,354 @@
+"""A sink's committed schema against the schema its query will write, before
+the query starts.
+
+A file sink (parquet, orc) keeps its schema in its committed files' footers;
+a Delta sink in its log. A column the query adds is accepted (rows written
+before read it as null) and said in one line; a column it no longer writes,
+or writes with another type, is refused, since readers could no longer combine
+old and new files. Nullability is not compared: Spark's file sinks and Delta's
+writers store every column as nullable.
+
+A stateful query's checkpoint records the schema of each operator's state
+(its keys and values); a plan whose state would differ is refused too, since
+Spark would fail it at its first micro-batch, or, for a key of another name
+and the same type, go on mixing old groups with new ones.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+from py4j.protocol import Py4JError
+from pyspark.sql import DataFrame
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
+from pyspark.sql.utils import AnalysisException
+
+from kedro_streaming._spark import java_frame, jvm_of, plan_nodes
+
+# Spark's physical operators that keep state, by class name.
+_STATEFUL_OPERATORS = (
+    "StateStoreSaveExec",
+    "SessionWindowStateStoreSaveExec",
+    "StreamingDeduplicateExec",
+    "StreamingDeduplicateWithinWatermarkExec",
+)
+
+
+@dataclass
+class SchemaCheck:
+    """What a sink's check found: notes to log, problems that refuse the run."""
+
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def check_sink_schema(name: str, dataset: Any, frame: DataFrame) -> SchemaCheck:
+    """Compares the committed schema of sink ``name`` (a
+    ``SparkStreamingDataset``) and its checkpoint's state with what ``frame``
+    would write and keep. Notes and problems are one line each, to follow
+    the sink's name."""
+    check = SchemaCheck()
+    committed = committed_schema(dataset, frame.sparkSession)
+    if isinstance(committed, str):
+        check.problems.append(f"{committed}. Fix: {_fix(name)}")
+    elif committed is not None:
+        partitions = _partition_columns(dataset)
+        added, changed = compare_schemas(
+            _without(committed, partitions), _without(frame.schema, partitions)
+        )
+        if changed:
+            check.problems.append(
+                "would no longer match its committed files: "
+                f"{'; '.join(changed)}. Fix: keep the committed columns and types "
+                f"in the node that writes it, or {_fix(name)}"
+            )
+        if added:
+            check.notes.append(
+                f"gains {', '.join(added)}: accepted (rows written before "
+                "read it as null)"
+            )
+    state = state_problem(dataset.checkpoint, frame)
+    if state:
+        check.problems.append(
+            f"keeps state its checkpoint cannot resume: {state}. Fix: {_fix(name)}"
+        )
+    return check
+
+
+def _fix(name: str) -> str:
+    return (
+        f"`kedro streams reset {name}` (removes its table and checkpoint, and "
+        "those of the streams that read it: the next run writes them all "
+        "again), or write to a new table (another filepath and checkpoint)"
+    )
+
+
+def committed_schema(dataset: Any, spark) -> StructType | str | None:
+    """The schema of the sink's committed data: ``None`` without any (or for
+    a format whose files do not carry one); a string saying why the
+    committed files cannot be read as one table."""
+    path, connector = dataset.path, dataset.connector
+    if not path or dataset.foreach_batch or not dataset.checkpoint:
+        return None
+    if not connector.self_describing or not connector.holds_data(dataset):
+        return None
+    reader = spark.read.format(dataset.file_format)
+    if not connector.keeps_schema:
+        # The batch reader lists only the files the `_spark_metadata` log
+        # commits; merging reads every footer, not only the first file's.
+        reader = reader.option("mergeSchema", "true")
+    try:
+        return reader.load(path).schema
+    except AnalysisException as error:
+        message = str(error)
+        if "UNABLE_TO_INFER_SCHEMA" in message or "PATH_NOT_FOUND" in message:
+            return None
+        if "CANNOT_MERGE" in message or "merge incompatible" in message:
+            return (
+                "has committed files whose types already disagree "
+                f"({message.splitlines()[0].strip()})"
+            )
+        raise
+
+
+def compare_schemas(
+    committed: StructType, written: StructType, prefix: str = ""
+) -> tuple[list[str], list[str]]:
+    """The columns ``written`` adds, and how it changes or drops committed
+    ones (each named with its types). Nested struct fields count as columns;
+    names are compared as Spark resolves them, ignoring case."""
+    added, changed = [], []
+    new = {f.name.lower(): f for f in written.fields}
+    old = {f.name.lower() for f in committed.fields}
+    for before in committed.fields:
+        column = f"{prefix}{before.name}"
+        after = new.get(before.name.lower())
+        if after is None:
+            changed.append(f"column {column} ({_type(before)}) is no longer written")
+        elif isinstance(before.dataType, StructType) and isinstance(
+            after.dataType, StructType
+        ):
+            inner_added, inner_changed = compare_schemas(
+                before.dataType, after.dataType, f"{column}."
+            )
+            added += inner_added
+            changed += inner_changed
+        elif not _same_type(before.dataType, after.dataType):
+            changed.append(
+                f"column {column} was {_type(before)}, is now {_type(after)}"
+            )
+    added += [
+        f"column {prefix}{f.name} ({_type(f)})"
+        for f in written.fields
+        if f.name.lower() not in old
+    ]
+    return added, changed
+
+
+def _type(column: StructField) -> str:
+    return column.dataType.simpleString()
+
+
+def _same_type(left: DataType, right: DataType) -> bool:
+    """Equal but for nullability, at any depth."""
+    return _nullable(left) == _nullable(right)
+
+
+def _nullable(data_type: DataType) -> DataType:
+    if isinstance(data_type, StructType):
+        return StructType(
+            [StructField(f.name, _nullable(f.dataType), True) for f in data_type]
+        )
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(
+            _nullable(data_type.keyType), _nullable(data_type.valueType), True
+        )
+    return data_type
+
+
+def _partition_columns(dataset: Any) -> set[str]:
+    """The sink's partitionBy columns: folder names, not file columns."""
+    columns = dataset.partition_by or []
+    return {c.lower() for c in ([columns] if isinstance(columns, str) else columns)}
+
+
+def _without(schema: StructType, columns: set[str]) -> StructType:
+    return StructType([f for f in schema.fields if f.name.lower() not in columns])
+
+
+def state_problem(checkpoint: str | None, frame: DataFrame) -> str | None:
+    """How the state that ``frame``'s stateful operators would keep differs
+    from what ``checkpoint`` recorded of it, if it does."""
+    if not checkpoint:
+        return None
+    stored = recorded_state_schemas(checkpoint)
+    if not stored:
+        return None
+    planned = planned_state_schemas(frame)
+    if planned is None:  # Spark Connect: no plan to read here
+        return None
+    # Counted by folder: a join keeps its schemas a level down
+    # (state/<id>/<partition>/<side>), where none is read here.
+    recorded = recorded_operator_count(checkpoint)
+    if len(planned) != recorded:
+        return (
+            f"its checkpoint holds the state of {recorded} stateful "
+            f"operator(s), and the query now has {len(planned)}"
+        )
+    for operator, (kind, keys, values) in enumerate(planned):
+        if operator not in stored or keys is None:
+            continue
+        old_keys, old_values = stored[operator]
+        for part, old, new in (("key", old_keys, keys), ("value", old_values, values)):
+            if new is None or _same_state(old, new):
+                continue
+            return (
+                f"its {kind} (operator {operator}) kept the state {part} "
+                f"{_columns(old)}, and would now keep {_columns(new)}"
+            )
+    return None
+
+
+def _same_state(old: StructType, new: StructType) -> bool:
+    return [f.name.lower() for f in old] == [f.name.lower() for f in new] and all(
+        _same_type(a.dataType, b.dataType) for a, b in zip(old, new, strict=True)
+    )
+
+
+def _columns(schema: StructType) -> str:
+    return (
+        "(" + ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema) + ")"
+    )
+
+
+def recorded_operator_count(checkpoint: str) -> int:
+    """How many stateful operators ``<checkpoint>/state`` has a folder for."""
+    fs, root = fsspec.core.url_to_fs(f"{checkpoint.rstrip('/')}/state")
+    if not fs.exists(root):
+        return 0
+    entries = fs.ls(root, detail=False)
+    return sum(entry.rstrip("/").rsplit("/", 1)[-1].isdigit() for entry in entries)
+
+
+def recorded_state_schemas(checkpoint: str) -> dict[int, tuple[StructType, StructType]]:
+    """Per stateful operator id, the key and value schemas Spark recorded in
+    ``<checkpoint>/state/<id>/0/_metadata/schema`` (Spark 4.x; the state
+    store of partition 0 keeps it for all; Java ``writeUTF`` strings:
+    the version, ``v1``: key and value JSON; ``v2``: each as a count of
+    chunks, then the chunks)."""
+    fs, root = fsspec.core.url_to_fs(f"{checkpoint.rstrip('/')}/state")
+    if not fs.exists(root):
+        return {}
+    found = {}
+    for entry in fs.ls(root, detail=False):
+        operator = entry.rstrip("/").rsplit("/", 1)[-1]
+        schema_file = f"{entry.rstrip('/')}/0/_metadata/schema"
+        if not operator.isdigit() or not fs.exists(schema_file):
+            continue
+        parsed = _schema_file(fs.cat_file(schema_file))
+        if parsed is not None:
+            found[int(operator)] = parsed
+    return found
+
+
+def _schema_file(content: bytes) -> tuple[StructType, StructType] | None:
+    at = 0
+
+    def utf() -> str:
+        nonlocal at
+        length = int.from_bytes(content[at : at + 2], "big")
+        at += 2 + length
+        return content[at - length : at].decode()
+
+    def chunks() -> str:
+        nonlocal at
+        count = int.from_bytes(content[at : at + 4], "big")
+        at += 4
+        return "".join(utf() for _ in range(count))
+
+    version = utf()
+    if version == "v1":
+        key, value = utf(), utf()
+    elif version == "v2":
+        key, value = chunks(), chunks()
+    else:  # another layout (a later Spark's): not compared
+        return None
+    return StructType.fromJson(json.loads(key)), StructType.fromJson(json.loads(value))
+
+
+def planned_state_schemas(
+    frame: DataFrame,
+) -> list[tuple[str, StructType | None, StructType | None]] | None:
+    """The stateful operators of ``frame``'s physical plan, in the order Spark
+    numbers them (top down), each with the key and value schemas of its state
+    when this module knows them: aggregations keep their grouping keys and the
+    aggregate buffers, deduplications their keys."""
+    jdf = java_frame(frame)
+    if jdf is None:
+        return None
+    jvm = jvm_of(frame.sparkSession)
+    found: list[tuple[str, StructType | None, StructType | None]] = []
+
+    def schema(attributes) -> StructType:
+        json_text = (
+            jvm.org.apache.spark.sql.catalyst.types.DataTypeUtils.fromAttributes(
+                attributes
+            ).json()
+        )
+        return StructType.fromJson(json.loads(json_text))
+
+    # A streaming Dataset's own executedPlan is refused outside a started
+    # query; explain() plans it as a micro-batch would (Spark 4.2's method,
+    # public to the JVM). Without it, or if the plan fails to build (the
+    # query's start then says why), there is no state check.
+    writer = _state_writer_class(jvm)
+    try:
+        plan = jdf.queryExecution().queryExecutionForExplain().executedPlan()
+    except Py4JError:
+        return None
+    if writer is None:
+        return None
+    for node in plan_nodes(plan):
+        if not writer.isInstance(node):
+            continue
+        name = node.getClass().getSimpleName()
+        keys = values = None
+        if name in _STATEFUL_OPERATORS:
+            keys = schema(node.keyExpressions())
+        if name in ("StateStoreSaveExec", "SessionWindowStateStoreSaveExec"):
+            key_names = {f.name for f in keys} if keys else set()
+            child = schema(node.child().output())
+            values = StructType([f for f in child if f.name not in key_names])
+        found.append((_KINDS.get(name, name), keys, values))
+    return found
+
+
+_KINDS = {
+    "StateStoreSaveExec": "aggregation",
+    "SessionWindowStateStoreSaveExec": "session window aggregation",
+    "StreamingDeduplicateExec": "deduplication",
+    "StreamingDeduplicateWithinWatermarkExec": "deduplication",
+    "StreamingSymmetricHashJoinExec": "stream-stream join",
+}
+
+
+# Spark's trait of the operators that write state, by Spark line (4.2 moved
+# it); a restore only reads the state its save writes.
+_STATE_WRITERS = (
+    "org.apache.spark.sql.execution.streaming.operators.stateful.StateStoreWriter",
+    "org.apache.spark.sql.execution.streaming.StateStoreWriter",
+)
+
+
+def _state_writer_class(jvm):
+    for name in _STATE_WRITERS:
+        try:
+            return jvm.java.lang.Class.forName(name)
+        except Py4JError:
+            continue
+    return None

@@ -1,0 +1,120 @@
+"""``kedro streams validate``: every streaming query built and checked (a dry run)."""
+
+from __future__ import annotations
+
+import click
+from kedro.framework.cli.utils import _split_params, env_option
+
+from kedro_streaming._checks.catalog import (
+    catalog_names_by_env,
+    check_catalog_has,
+    fan_out,
+    query_nodes,
+)
+from kedro_streaming._checks.checks import (
+    check_before_spark,
+    check_run,
+    check_runtime_params,
+)
+from kedro_streaming._checks.constants import add_constant_problems
+from kedro_streaming._checks.plans import build_plans
+from kedro_streaming._cli.project import _open, _Project, pipelines_option
+from kedro_streaming._session.session import spark_session
+from kedro_streaming.errors import StreamingConfigError
+
+
+@click.command()
+@env_option
+@pipelines_option
+@click.option(
+    "--params",
+    type=click.UNPROCESSED,
+    default="",
+    callback=_split_params,
+    help="As for `kedro run`: the run's parameters and settings, e.g. "
+    "trigger_interval=1 second.",
+)
+@click.pass_obj
+def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
+    """Builds every streaming query up to its start and checks it (a dry run).
+
+    Nothing is written, no checkpoint is made, no offset is read.
+    """
+    project = _open(metadata, env, pipelines, params)
+    other_envs = lambda: catalog_names_by_env(project.config_loader)  # noqa: E731
+    try:
+        check_catalog_has(project.catalog, project.pipeline, other_envs)
+    except StreamingConfigError as error:
+        # No query can be built without the datasets the error names.
+        raise click.ClickException(f"{error}\nFix it before `kedro run`.") from None
+    problems = []
+    try:
+        check_runtime_params(project.config_loader)
+        check_before_spark(
+            project.catalog,
+            project.pipeline,
+            project.settings,
+            project.state,
+            other_envs=other_envs,
+        )
+    except StreamingConfigError as error:
+        problems.append(str(error))
+    spark = spark_session()
+    try:
+        check_run(spark, project.catalog, project.pipeline, project.settings, env=env)
+    except StreamingConfigError as error:
+        problems.append(str(error))
+    configuration_problems = len(problems)
+    for line in fan_out(project.catalog, project.pipeline, list(project.sinks)):
+        click.echo(f"note: {line}.")
+    plans = build_plans(
+        spark,
+        project.catalog,
+        project.pipeline,
+        project.sinks,
+        bounded=project.settings.get("trigger") == "available_now",
+    )
+    add_constant_problems(spark, project.catalog, project.pipeline, plans)
+    problems += plans.problems
+    for note in plans.notes:
+        click.echo(f"note: {note}.")
+    earlier = problems[:configuration_problems]
+    for name in plans.frames:
+        # A problem found before the plans may name this query's datasets.
+        named = [
+            dataset
+            for dataset in _datasets_of(project, name)
+            if any(f"'{dataset}'" in problem for problem in earlier)
+        ]
+        click.echo(
+            f"query {name}: its plan builds, but see the problem with "
+            f"{', '.join(map(repr, named))} below"
+            if named
+            else f"query {name}: ok"
+        )
+    if problems:
+        for problem in problems:
+            click.echo("- " + problem.replace("\n", "\n  "), err=True)
+        raise click.ClickException(
+            f"{len(problems)} problem(s): fix them before `kedro run`."
+        )
+    click.echo("All streaming queries can start.")
+
+
+def _datasets_of(project: _Project, sink: str) -> list[str]:
+    """The sink and every dataset its query's nodes read (its sources among
+    them), in the order the nodes run."""
+    names = set(query_nodes(project.catalog, project.pipeline, sink))
+    return list(
+        dict.fromkeys(
+            [
+                sink,
+                *(
+                    name
+                    for node in project.pipeline.nodes
+                    if node.name in names
+                    for name in node.inputs
+                ),
+            ]
+        )
+    )

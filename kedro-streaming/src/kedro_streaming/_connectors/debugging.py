@@ -1,0 +1,83 @@
+"""Spark's sources and sinks for testing and debugging: the ``rate`` and
+``socket`` sources, and the ``console`` and ``memory`` sinks.
+
+A console sink prints each micro-batch in the run's log; a memory sink keeps
+what it writes in a table of the driver named after the query (the sink's
+name), for ``spark.table(...)`` in ``kedro ipython`` or a test::
+
+    trips_seen:
+      type: kedro_streaming.SparkStreamingDataset
+      file_format: memory          # or console
+      save_args:
+        output_mode: append
+        checkpoint: data/checkpoints/trips_seen
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kedro_streaming._connectors.base import Connector, Entry
+from kedro_streaming.problems import Problem
+
+if TYPE_CHECKING:
+    from kedro_streaming._connectors.options import OptionNames
+
+_RATE_OPTIONS = ("rowsPerSecond", "rampUpTime", "numPartitions")
+_CONSOLE_OPTIONS = ("numRows", "truncate")
+
+
+class Generated(Connector):
+    """Spark's ``rate`` and ``socket`` sources: rows made or received, in a
+    schema of Spark's."""
+
+    name = "generated"
+    formats = ("rate", "socket", "rate-micro-batch")
+    takes_schema = False
+
+    def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
+        return list(_RATE_OPTIONS) if self.file_format == "rate" else None
+
+
+class Debugging(Connector):
+    """Spark's ``console`` and ``memory`` sinks: what a query writes, in the
+    log or in a table of the driver, and nothing else."""
+
+    name = "debugging"
+    formats = ("console", "memory")
+
+    def source_problems(self, entry: Entry) -> list[Problem]:
+        return [
+            Problem(
+                f"reads the {entry.file_format} sink, which keeps nothing a stream "
+                "can read",
+                "read the table the stream writes instead, or write it to a file "
+                "or Delta sink",
+                id="DEBUGGING_SINK_READ",
+            )
+        ]
+
+    def sink_problems(self, entry: Entry) -> list[Problem]:
+        problems = []
+        if entry.path:
+            problems.append(
+                Problem(
+                    f"has a filepath, which a {entry.file_format} sink does not "
+                    "write to",
+                    "remove it",
+                    id="DEBUGGING_SINK_WITH_PATH",
+                )
+            )
+        mode = entry.sink.output_mode
+        if entry.file_format == "memory" and mode == "update":
+            problems.append(
+                Problem(
+                    "has output_mode 'update', which a memory sink does not support",
+                    "use append or complete",
+                    id="MEMORY_SINK_UPDATE",
+                )
+            )
+        return problems
+
+    def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
+        return list(_CONSOLE_OPTIONS) if self.file_format == "console" else []

@@ -1,0 +1,336 @@
+"""Kafka as a source and a sink (the ``Kafka`` connector): what an entry
+needs, its options, what a sink's rows need, how values are encoded, and how
+far a query's sources are behind (lag)."""
+
+from __future__ import annotations
+
+from contextlib import closing
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from kedro_streaming._connectors.avro.codec import encode_value, value_schema
+from kedro_streaming._connectors.avro.option import AvroOption
+from kedro_streaming._connectors.base import Connector, Entry, RunEntries
+from kedro_streaming._connectors.kafka.checks import (
+    check_kafka_reachable,
+    check_kafka_topics,
+    offsets_reader,
+)
+from kedro_streaming._connectors.kafka.probes import client_failure, kafka_python_logs
+from kedro_streaming._connectors.kafka.security import (
+    KafkaSecurity,
+    client_config,
+    entry_security,
+)
+from kedro_streaming.errors import StreamingConfigError
+from kedro_streaming.problems import Problem
+
+if TYPE_CHECKING:
+    from kedro_streaming._connectors.options import OptionNames
+
+_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider$"
+_KAFKA_SINK_OPTIONS = ("topic", "includeHeaders")
+# The Kafka connector's keys are lower case; as its documentation spells them.
+_KAFKA_SPELLING = (
+    "assign",
+    "subscribe",
+    "subscribePattern",
+    "startingOffsets",
+    "endingOffsets",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "failOnDataLoss",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "kafkaConsumer.pollTimeoutMs",
+    "groupIdPrefix",
+    "includeHeaders",
+    "topic",
+)
+_KAFKA_CLIENT_CLASSES = {
+    "source": (
+        "org.apache.kafka.clients.consumer.ConsumerConfig",
+        "org.apache.kafka.clients.admin.AdminClientConfig",
+    ),
+    "sink": ("org.apache.kafka.clients.producer.ProducerConfig",),
+}
+
+
+class Kafka(Connector):
+    """Kafka sources and sinks: bootstrap servers and topics, Spark's Kafka
+    options and the client's settings, values encoded as JSON or Avro, the
+    brokers accepting each client (this machine's, then Spark's), topics that
+    exist, a new checkpoint that does not skip what a topic holds, and the
+    messages a query has not read."""
+
+    name = "kafka"
+    formats = ("kafka",)
+    label = "Kafka"
+    takes_schema = False
+    real_time = True
+    carries_avro = True
+    client_prefix = "kafka."
+
+    def source_problems(self, entry: Entry) -> list[Problem]:
+        return kafka_source_problems(
+            {**entry.load_options, **self.spark_options(entry)}
+        )
+
+    def sink_problems(self, entry: Entry) -> list[Problem]:
+        return kafka_sink_problems(
+            {**entry.writer_options, **self.spark_options(entry)}
+        )
+
+    def data_problems(self, entry: Entry, data: DataFrame) -> list[Problem]:
+        if entry.foreach_batch:
+            return []
+        return kafka_data_problems(data, entry.writer_options.get("topic"))
+
+    def spark_options(self, entry: Entry) -> dict[str, Any]:
+        return KafkaSecurity(entry.credentials).spark_options()
+
+    def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
+        spelt = {name.lower(): name for name in _KAFKA_SPELLING}
+        known = [spelt.get(key, key) for key in set(names.constants(_KAFKA_PROVIDER))]
+        if direction == "sink":
+            return [name for name in known if name in _KAFKA_SINK_OPTIONS]
+        return [name for name in known if name != "topic"]
+
+    def client_settings(self, names: OptionNames, direction: str) -> set[str] | None:
+        classes = _KAFKA_CLIENT_CLASSES[direction]
+        return set().union(*(names.config_names(name) for name in classes))
+
+    def encode(self, entry: Entry, data: DataFrame) -> DataFrame:
+        return encode_values(data, entry.writer_options.get("topic"), entry.avro)
+
+    def describe(self, entry: Entry) -> str:
+        options = entry.load_options
+        topic = options.get("subscribe") or options.get("subscribePattern")
+        return f"Kafka {topic or 'assigned partitions'}"
+
+    def address(self, entry: Entry) -> str | None:
+        servers = client_config(entry).get("bootstrap.servers", "?")
+        return f"Kafka {_topic(entry) or 'a topic column'} at {servers}"
+
+    def unread(self, entry: Entry, committed: list[dict]) -> str | None:
+        return unread_messages(entry, committed)
+
+    def check_with_spark(self, spark: SparkSession, run: RunEntries) -> None:
+        timeout = float(run.settings.get("kafka_connect_timeout", 30))
+        for name, entry in run.of(self).items():
+            check_kafka_reachable(spark, name, entry, timeout)
+        check_kafka_topics(run.sources, run.readers, run.sinks)
+
+
+def _topic(entry: Entry) -> str | None:
+    options = {**entry.load_options, **entry.writer_options}
+    keys = ("subscribe", "subscribePattern", "assign", "topic")
+    return next((str(options[key]) for key in keys if key in options), None)
+
+
+class LagUnknown(Exception):
+    """The brokers did not tell a topic's end offsets (the message says why)."""
+
+
+def _no_bootstrap(args: str) -> Problem:
+    return Problem(
+        "reads or writes Kafka without bootstrap servers",
+        f"add `kafka.bootstrap.servers: host:9092` to its {args}",
+        id="KAFKA_WITHOUT_BOOTSTRAP_SERVERS",
+    )
+
+
+def kafka_sink_problems(options: dict[str, Any]) -> list[Problem]:
+    """What a Kafka sink's options (credentials' included) lack."""
+    if options.get("kafka.bootstrap.servers"):
+        return []
+    return [_no_bootstrap("save_args")]
+
+
+def kafka_source_problems(options: dict[str, Any]) -> list[Problem]:
+    """What a Kafka source's options (credentials' included) lack."""
+    problems = []
+    if not options.get("kafka.bootstrap.servers"):
+        problems.append(_no_bootstrap("load_args"))
+    if not any(options.get(key) for key in ("subscribe", "subscribePattern", "assign")):
+        problems.append(
+            Problem(
+                "reads Kafka without a topic",
+                "add `load_args: {subscribe: <topic>}`",
+                id="KAFKA_SOURCE_WITHOUT_TOPIC",
+            )
+        )
+    return problems
+
+
+def kafka_data_problems(data: DataFrame, topic: str | None) -> list[Problem]:
+    """What keeps a Kafka sink from writing ``data``: a ``value`` column,
+    and a topic (save_args' or a ``topic`` column)."""
+    problems = []
+    if "value" not in data.columns:
+        problems.append(
+            Problem(
+                "writes to Kafka without a `value` column (its columns: "
+                f"{', '.join(data.columns)})",
+                'select one, e.g. `F.to_json(F.struct("*")).alias("value")`, and '
+                "a `key` if messages need one",
+                id="KAFKA_SINK_WITHOUT_VALUE",
+            )
+        )
+    if topic:
+        return problems
+    if "topic" not in data.columns:
+        problems.append(
+            Problem(
+                "writes to Kafka without a topic",
+                "add `save_args: {topic: ...}`, or give each row its topic in a "
+                "`topic` column",
+                id="KAFKA_SINK_WITHOUT_TOPIC",
+            )
+        )
+    elif "value" in data.columns:
+        value_type = data.schema["value"].dataType
+        if isinstance(value_type, StructType):  # a record per topic
+            problems += filter(None, [_per_topic_problem(data, value_type)])
+    return problems
+
+
+def _per_topic_problem(data: DataFrame, value_type: StructType) -> str | None:
+    """Why ``value`` cannot be a record per topic, if it cannot."""
+    if "topic" not in data.columns:
+        return (
+            "writes a struct `value` without a topic: add `save_args: {topic: "
+            "...}`, or a `topic` column with `value` holding one record per "
+            "topic, named after it"
+        )
+    plain = [
+        f.name for f in value_type.fields if not isinstance(f.dataType, StructType)
+    ]
+    if plain:
+        return (
+            "names each row's topic in a `topic` column, so its `value` must hold "
+            "one record (a struct) per topic, named after it; "
+            f"{', '.join(plain)} is not a struct"
+        )
+    return None
+
+
+def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:
+    """Per topic and partition, a Kafka source's latest offsets minus the
+    batch's end offsets; ``None`` for other sources, and where the latest
+    offsets were read before the batch ended (Real-Time Mode reads them when
+    a batch starts, and its tasks read on past them): no lag is known then."""
+    end, latest = source.get("endOffset"), source.get("latestOffset")
+    if not str(source.get("description", "")).startswith("Kafka"):
+        return None
+    if not isinstance(end, dict) or not isinstance(latest, dict):
+        return None
+    lag = {
+        topic: {
+            partition: int(offset) - int(end.get(topic, {}).get(partition, offset))
+            for partition, offset in partitions.items()
+        }
+        for topic, partitions in latest.items()
+    }
+    if any(behind < 0 for partitions in lag.values() for behind in partitions.values()):
+        return None
+    return lag
+
+
+def unread_messages(dataset: Entry, committed: list[dict]) -> str:
+    """Messages in the topics after the offsets of the last committed batch.
+
+    Raises:
+        LagUnknown: The brokers did not tell (the message says why).
+    """
+    from kafka import TopicPartition  # noqa: PLC0415
+    from kafka.errors import KafkaError  # noqa: PLC0415
+
+    partitions = {
+        TopicPartition(topic, int(partition)): offset
+        for offsets in committed
+        if all(isinstance(value, dict) for value in offsets.values())
+        for topic, by_partition in offsets.items()
+        for partition, offset in by_partition.items()
+    }
+    if not partitions:
+        return "unknown (no batch committed yet)"
+    security = entry_security(dataset)
+    servers = client_config(dataset).get("bootstrap.servers", "")
+    with kafka_python_logs() as logged:
+        try:
+            with closing(offsets_reader(dataset)) as consumer:
+                latest = consumer.end_offsets(list(partitions))
+        except (KafkaError, StreamingConfigError, OSError) as error:
+            raise LagUnknown(
+                f"the Kafka broker at {servers} "
+                f"{client_failure(servers, security, error, logged)}"
+            ) from None
+    by_topic: dict[str, int] = {}
+    for partition, offset in partitions.items():
+        by_topic[partition.topic] = by_topic.get(partition.topic, 0) + max(
+            0, latest[partition] - offset
+        )
+    return ", ".join(
+        f"{topic} {lag} messages" for topic, lag in sorted(by_topic.items())
+    )
+
+
+def encode_values(
+    data: DataFrame, topic: str | None, avro: AvroOption | None
+) -> DataFrame:
+    """``data`` with a struct ``value`` encoded as the Kafka sink writes it:
+    JSON (every field, nulls too), or Confluent-framed Avro with the
+    ``avro`` option, its schema registered under ``<topic>-value`` (a
+    version the subject's compatibility refuses fails, quoting the
+    registry). Without a ``topic`` in save_args, the rows name theirs in
+    a ``topic`` column and ``value`` holds one record per topic, named
+    after it; each row's own is encoded. Any other ``value`` is written
+    as it is."""
+    if "value" not in data.columns:
+        return data
+    value_type = data.schema["value"].dataType
+    if not isinstance(value_type, StructType):
+        return data
+    if topic:
+        records = {str(topic): (F.col("value"), value_type)}
+    else:
+        problem = _per_topic_problem(data, value_type)
+        if problem:
+            raise StreamingConfigError(problem)
+        records = {
+            f.name: (F.col("value")[f.name], f.dataType) for f in value_type.fields
+        }
+    encoded = {}
+    for name, (record, record_type) in records.items():
+        if avro is None:
+            encoded[name] = F.to_json(record, {"ignoreNullFields": "false"})
+        else:
+            schema = value_schema(record_type, name)
+            subject = avro.options.get("subject") if topic else None
+            schema_id = avro.registry().register(subject or f"{name}-value", schema)
+            encoded[name] = encode_value(record, schema, schema_id)
+    if topic:
+        return data.withColumn("value", encoded[str(topic)])
+    value = F.when(F.lit(False), F.lit(None))
+    for name, column in encoded.items():
+        value = value.when(F.col("topic") == name, column)
+    unknown = F.raise_error(
+        F.concat(
+            F.lit("kedro-streaming: a row's topic "),
+            F.coalesce(F.col("topic"), F.lit("null")),
+            F.lit(f" has no record in `value`, whose records are {', '.join(records)}"),
+        )
+    )
+    return data.withColumn("value", value.otherwise(unknown))

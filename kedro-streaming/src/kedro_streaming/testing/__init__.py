@@ -1,0 +1,225 @@
+"""Test a streaming node or pipeline micro-batch by micro-batch, in pytest.
+
+Give ``StreamTest`` a node function, a Kedro node or a pipeline, the schema of
+each streaming input and the value of each static one; then feed it chosen
+micro-batches, one ``step`` at a time, and assert on what each sink wrote::
+
+    def test_a_window_is_emitted_once_the_watermark_passes_it(stream_test):
+        summary = stream_test(
+            summarise_hourly_by_borough,
+            streams={"valid_trips": "lpep_dropoff_datetime TIMESTAMP, ..."},
+            static={"taxi_zones": zones, "summary": {...}},
+        )
+        assert summary.step(valid_trips=[trip_at(6, 5)]).rows == []
+        closing = summary.step(valid_trips=[trip_at(7, 20)])
+        assert closing.rows == [(datetime(2024, 3, 1, 6), ...)]
+        assert closing.watermark == datetime(2024, 3, 1, 7, 10)
+
+How it runs: each streaming input is Spark's parquet file source over a folder
+of its own, and a step adds one file per input it feeds. Each sink is a query
+with its own checkpoint, started for the step with the ``availableNow``
+trigger: it runs the micro-batch of the step's data, then the batch without
+data that Spark runs when the watermark has moved (where append mode emits
+the windows it closed), and stops. So the state, the watermark and the
+sources' offsets pass from step to step through the checkpoint, exactly as
+they pass from one run to the next; ``restart`` goes further and builds the
+queries again from the node functions, as a new ``kedro run`` does.
+
+What it cannot check: Kafka's offsets, partitions and headers (the rows come
+from files), Real-Time Mode (a trigger that does not stop by itself), the
+project's sinks and their catalog options (rows are collected from each
+micro-batch, as ``foreachBatch`` gives them), and timings.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kedro.pipeline import Node, Pipeline
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from kedro_streaming.testing._inputs import as_frame, as_pipeline, check_names
+from kedro_streaming.testing._queries import SinkQuery
+from kedro_streaming.testing._steps import Step
+
+__all__ = ["Step", "StreamTest"]
+
+
+class StreamTest:
+    """Runs a node function, a node or a pipeline on micro-batches you choose.
+
+    ``step`` returns a ``Step`` for a node function, and ``{sink: Step}`` for
+    a node or a pipeline, whose sinks are its outputs that no node of it
+    reads (or those named in ``sinks``). Outputs passed from node to node stay
+    in one query, as DataFrames do between nodes within a run. In pytest, the
+    ``stream_test`` fixture makes one on the test session, in a folder of its own.
+
+    Example:
+        >>> import tempfile
+        >>> from kedro_streaming.testing import StreamTest
+        >>> def count_per_key(events):
+        ...     return events.groupBy("key").count()
+        >>> counts = StreamTest(
+        ...     spark, count_per_key, streams={"events": "key STRING"},
+        ...     output_mode="complete", workdir=tempfile.mkdtemp(),
+        ... )
+        >>> counts.step(events=[("a",), ("b",), ("a",)]).rows
+        [Row(key='a', count=2), Row(key='b', count=1)]
+        >>> counts.step(events=[("b",)]).rows
+        [Row(key='a', count=2), Row(key='b', count=2)]
+    """
+
+    def __init__(  # noqa: PLR0913
+        self,
+        spark: SparkSession,
+        target: Callable[..., Any] | Node | Pipeline,
+        *,
+        streams: Mapping[str, str | StructType],
+        static: Mapping[str, Any] | None = None,
+        output_mode: str | Mapping[str, str] = "append",
+        sinks: Iterable[str] | None = None,
+        workdir: str | Path,
+    ) -> None:
+        """Builds the queries; nothing runs until the first ``step``.
+
+        Args:
+            spark: The session to run on.
+            target: A node function (its parameters are the input names; one
+                with a default is left to it unless given), a Kedro ``node``
+                or a ``Pipeline`` (its dataset names are).
+            streams: Each streaming input's schema, as DDL or a ``StructType``.
+            static: The other inputs: DataFrames, pandas DataFrames or lists
+                of dicts (made DataFrames), or any other value, passed as is
+                (parameters).
+            output_mode: ``append``, ``update`` or ``complete``; for several
+                sinks, ``{sink: mode}`` (``append`` where not given).
+            sinks: Outputs to report, if not the pipeline's outputs.
+            workdir: An empty folder for the inputs' files and checkpoints.
+        """
+        self._spark = spark
+        self._single = not isinstance(target, Node | Pipeline)
+        self._static = dict(static or {})
+        self._pipeline = as_pipeline(target, {*streams, *self._static})
+        self._schemas = {
+            name: schema
+            if isinstance(schema, StructType)
+            else StructType.fromDDL(schema)
+            for name, schema in streams.items()
+        }
+        sinks = sorted(sinks or self._pipeline.outputs())
+        if not isinstance(output_mode, Mapping):
+            output_mode = dict.fromkeys(sinks, output_mode)
+        modes = {sink: output_mode.get(sink, "append") for sink in sinks}
+        check_names(self._pipeline, self._schemas, self._static, modes)
+        self._workdir = Path(workdir)
+        self._steps = 0
+        self._queries = {
+            sink: SinkQuery(
+                self._workdir / "checkpoints" / sink,
+                modes[sink],
+                reads={
+                    str(self._folder(name))
+                    for name in self._pipeline.to_outputs(sink).inputs()
+                    if name in self._schemas
+                },
+            )
+            for sink in sinks
+        }
+        self._build()
+
+    def step(self, **batches: Any) -> Step | dict[str, Step]:
+        """Feeds one micro-batch and runs every sink's query until it is done.
+
+        Args:
+            **batches: Per streaming input, its rows for this step: dicts,
+                tuples or ``Row``s in the schema's order, or a pandas
+                DataFrame. An input left out, or given no rows, gets nothing.
+
+        Returns:
+            A ``Step`` for a node function; ``{sink: Step}`` otherwise.
+        """
+        unknown = sorted(set(batches) - set(self._schemas))
+        if unknown:
+            raise ValueError(
+                f"{unknown} are not streaming inputs; those are {sorted(self._schemas)}"
+            )
+        landed = {str(self._folder(name)): len(rows) for name, rows in batches.items()}
+        began = int(time.time() * 1000) / 1000  # as Spark's reports: in ms
+        for name, rows in batches.items():
+            self._land(name, rows)
+        self._steps += 1
+        for query in self._queries.values():  # all at once, as in a run
+            query.start()
+        steps = {
+            sink: query.finish(landed, began) for sink, query in self._queries.items()
+        }
+        return next(iter(steps.values())) if self._single else steps
+
+    def run(self, batches: Iterable[Mapping[str, Any]]) -> list[Any]:
+        """``step`` for each item of ``batches`` (``{input: rows}``), in order."""
+        return [self.step(**batch) for batch in batches]
+
+    def restart(self, *, replay_last_batch: bool = False, **static: Any) -> None:
+        """Builds the queries again from the node functions, as a new run does.
+
+        Args:
+            replay_last_batch: As after a crash between a micro-batch's write
+                and its commit: each sink's last batch is taken out of its
+                checkpoint's commit log, so the next step runs it again, with
+                the same batch id and input, before any new data.
+            **static: Static inputs to replace (e.g. changed parameters).
+        """
+        self.close()
+        self._static.update(static)
+        self._build()
+        for query in self._queries.values() if replay_last_batch else ():
+            query.uncommit_last_batch()
+
+    def close(self) -> None:
+        """Stops the queries that run from step to step (processing-time
+        timers); the ``stream_test`` fixture calls it after the test."""
+        for query in self._queries.values():
+            query.stop()
+
+    def _build(self) -> None:
+        """Gives each sink's query its DataFrame, from the node functions."""
+        data: dict[str, Any] = {
+            name: self._spark.readStream.schema(schema).parquet(str(self._folder(name)))
+            for name, schema in self._schemas.items()
+        }
+        data.update(
+            (name, as_frame(self._spark, value)) for name, value in self._static.items()
+        )
+        for each in self._pipeline.nodes:  # in dependency order
+            data.update(each.run({name: data[name] for name in each.inputs}))
+        static = sorted(
+            sink
+            for sink in self._queries
+            if not isinstance(data[sink], DataFrame) or not data[sink].isStreaming
+        )
+        if static:
+            raise ValueError(f"{static} are not streaming DataFrames: no query to run")
+        for sink, query in self._queries.items():
+            query.use(data[sink])
+
+    def _folder(self, name: str) -> Path:
+        folder = self._workdir / "streams" / name.replace(":", "_")
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def _land(self, name: str, rows: Any) -> None:
+        """Writes ``rows`` as one parquet file, moved whole into the input's
+        folder so that the source never lists it half-written."""
+        if len(rows) == 0:
+            return
+        staging = self._workdir / "staging" / f"{name}-{self._steps}"
+        frame = self._spark.createDataFrame(rows, self._schemas[name])
+        frame.coalesce(1).write.parquet(str(staging))
+        (part,) = staging.glob("part-*.parquet")
+        part.rename(self._folder(name) / f"{self._steps:06d}.parquet")
+        shutil.rmtree(staging)
