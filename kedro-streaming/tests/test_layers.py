@@ -22,7 +22,7 @@ LAYERS = [
     {"_dataset", "_table"},
     {"_checks"},
     {"_run"},
-    {"_cli", "commands", "testing", "pytest_plugin", "devtools", "__init__"},
+    {"_cli", "testing", "pytest_plugin", "devtools", "__init__"},
 ]
 LEVEL = {part: level for level, parts in enumerate(LAYERS) for part in parts}
 MODULES = sorted(ROOT.rglob("*.py"))

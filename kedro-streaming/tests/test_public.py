@@ -7,6 +7,7 @@ import ast
 import importlib
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import kedro_streaming
@@ -60,6 +61,30 @@ def test_importing_the_package_imports_no_spark():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == kedro_streaming.__version__
+
+
+def test_the_package_imports_from_a_zip_as_spark_executors_do(tmp_path):
+    """Spark's executors import the package from the zip the session sends
+    them (``addPyFile``): its public names are read from there too."""
+    root = Path(kedro_streaming.__file__).parent
+    archive = tmp_path / "kedro_streaming.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in root.rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                zipped.write(path, Path("kedro_streaming") / path.relative_to(root))
+    script = (
+        f"import sys; sys.path.insert(0, {str(archive)!r}); import kedro_streaming; "
+        "from kedro_streaming import KafkaSecurity; "
+        "print(kedro_streaming.__file__, len(kedro_streaming.__all__))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        str(archive / "kedro_streaming" / "__init__.py"),
+        str(len(kedro_streaming.__all__)),
+    ]
 
 
 # A user's module, as mypy sees it: every public name imported, two of them

@@ -43,10 +43,27 @@ Only these names (``__all__``), ``kedro_streaming.testing`` and
 
 from __future__ import annotations
 
+import ast
+
 import lazy_loader
 
-__version__ = "0.10.0"
+__version__ = "0.11.0"
 
-# The public names and the modules that hold them are those of the stub,
-# __init__.pyi, so that type checkers and IDEs see what this module serves.
-__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
+
+def _stub_names() -> dict[str, list[str]]:
+    """The public names and the modules that hold them: the stub's
+    ``from .module import name as name`` lines (``__init__.pyi``, which type
+    checkers and IDEs read). Read through the package's loader, so that it
+    works where Spark's executors import the package from a zip, which
+    ``lazy_loader.attach_stub`` (it opens a path) cannot read."""
+    stub = __loader__.get_data(__file__.removesuffix(".py") + ".pyi").decode()
+    names: dict[str, list[str]] = {}
+    for line in ast.parse(stub).body:
+        if isinstance(line, ast.ImportFrom) and line.level == 1 and line.module:
+            names.setdefault(line.module, []).extend(a.name for a in line.names)
+    return names
+
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__, submod_attrs=_stub_names()
+)

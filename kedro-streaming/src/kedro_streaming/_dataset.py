@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+import warnings
 from typing import Any
 
 import fsspec
@@ -16,9 +17,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from kedro_streaming._connectors.avro.option import AvroOption
+from kedro_streaming._connectors.avro.option import AvroOption, writes_avro
 from kedro_streaming._connectors.base import ROWS_READ_METRIC, ROWS_WRITTEN_METRIC
-from kedro_streaming._connectors.entry_keys import entry_problems, redact, secrets_in
+from kedro_streaming._connectors.entry_keys import (
+    credentials_unread,
+    entry_problems,
+    redact,
+    secrets_in,
+)
+from kedro_streaming._connectors.kafka.security import (
+    client_config,
+    entry_security,
+    python_config,
+)
 from kedro_streaming._connectors.registry import connector_for
 from kedro_streaming._connectors.sink_args import SinkArgs
 from kedro_streaming._connectors.streams import read_stream, start_query
@@ -28,7 +39,23 @@ from kedro_streaming.problems import Problem
 _LOADS = itertools.count()
 
 
-class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
+class _MovedIn011:
+    """The Kafka and Avro properties of 0.10, each still read, with a warning
+    that 0.12.0 removes it (the README's "Versions")."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _MOVED:
+            raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+        instead, value = _MOVED[name]
+        warnings.warn(
+            f"SparkStreamingDataset.{name} is deprecated and goes in 0.12.0: {instead}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value(self)
+
+
+class SparkStreamingDataset(_MovedIn011, AbstractDataset[DataFrame, DataFrame]):
     """Loads a streaming DataFrame, or starts a streaming query that saves one.
 
     Saving starts the query and returns at once; the project's hooks watch it.
@@ -82,21 +109,14 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
                 ``merge_on`` (key columns: each micro-batch is upserted into
                 the Delta table at ``filepath``, exactly once); the rest are
                 writer options.
-            credentials: Kafka's security settings (``conf/<env>/credentials.yml``),
-                merged into both reader and writer.
-            avro: Kafka values in Avro, in Confluent's wire format:
-                ``schema_registry_url``; ``subject`` (default
-                ``<topic>-value``); ``version``, a source's reader schema
-                (default ``latest``); ``key_subject``, for a source whose keys
-                are Avro too (``key_record``, ``key_problem``; no key is no
-                problem); ``credentials``, the registry's ``username`` and
-                ``password``. A source decodes each message with the schema
-                its id names into ``value_record`` (by the reader schema), or
-                gives ``value_problem``; a sink encodes a struct ``value``
-                with a schema derived from it, registered at start.
+            credentials: Kafka's security settings (credentials.yml).
+            avro: Kafka values in Avro, in Confluent's wire format, and their
+                registry: ``schema_registry_url``, ``subject`` (default
+                ``<topic>-value``), ``version`` (a source's reader schema,
+                default ``latest``), ``key_subject`` (Avro keys too),
+                ``credentials`` (the registry's ``username`` and ``password``).
             metadata: Ignored by Kedro; free for users and plugins.
-            unknown: Any other key of the catalog entry: a mistake, which
-                ``key_problems`` names before any query starts.
+            unknown: Any other key: a mistake, which ``key_problems`` names.
         """
         self._unknown_keys = list(unknown)
         self.path = str(filepath) if filepath else None
@@ -147,6 +167,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             self.sink.problems(self.connector, self.path)
             + self.connector.sink_problems(self)
             + secrets_in(self.sink.writer_options, "save_args")
+            + credentials_unread(self.connector, self.credentials)
         )
 
     def data_problems(self, data: DataFrame) -> list[Problem]:
@@ -158,6 +179,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         (for a source no query of the run writes)."""
         return self.key_problems() or (
             secrets_in(self._load_args, "load_args")
+            + credentials_unread(self.connector, self.credentials)
             + self.connector.source_problems(self)
         )
 
@@ -172,13 +194,11 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         }
 
     def load(self) -> DataFrame:
-        """Returns a streaming DataFrame over the source (see ``stream``)."""
         return self.stream()
 
     def stream(self, schema: StructType | None = None) -> DataFrame:
-        """Returns a streaming DataFrame over the source, with ``schema`` or
-        the dataset's own; else a folder's committed files give it (see
-        ``read_stream``), or what this process's query writes there."""
+        """A streaming DataFrame over the source, with ``schema`` or its own
+        (else a folder's committed files', see ``read_stream``)."""
         # What this process's query writes holds every committed column
         # (check_sink_schema refuses any other) and those it adds.
         written = self._started_from is not None and self.connector.self_describing
@@ -194,8 +214,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         return frame if self.avro is None else self.avro.decode(frame)
 
     def save(self, data: DataFrame) -> None:
-        """Starts a streaming query that writes ``data``, unless one already
-        does (a DataFrame passed to ``start()`` first, as the hooks do)."""
+        """Starts a query that writes ``data``, unless ``start()`` did."""
         query = self.query
         if query is None or not query.isActive or self._started_from is not data:
             self.start(data)
@@ -253,6 +272,25 @@ def _schema_from_file(schema: dict[str, Any]) -> StructType:
     with fsspec.open(schema["filepath"], **schema.get("credentials", {})) as handle:
         return StructType.fromJson(json.load(handle))
 
+
+_KAFKA_CLIENTS = "use kafka_producer(dataset=...) or kafka_consumer(dataset=...)"
+_MOVED: dict[str, tuple[str, Any]] = {
+    "kafka_security": ("use KafkaSecurity(credentials)", entry_security),
+    "kafka_client_config": (_KAFKA_CLIENTS, client_config),
+    "kafka_python_config": (_KAFKA_CLIENTS, python_config),
+    "kafka_options": (
+        "use KafkaSecurity(credentials).spark_options()",
+        lambda d: d.connector.spark_options(d),
+    ),
+    "reads_avro": ("read `avro is not None`", lambda d: d.avro is not None),
+    "writes_avro": ("read `avro is not None`", writes_avro),
+    "avro_schemas": ("read `avro.schemas`", lambda d: d.avro.schemas),
+    "avro_key_schemas": ("read `avro.key_schemas`", lambda d: d.avro.key_schemas),
+    "encode_values": (
+        "use connector.encode(dataset, data)",
+        lambda d: lambda data: d.connector.encode(d, data),
+    ),
+}
 
 # The keys a catalog entry may have: SparkStreamingDataset's arguments.
 _ENTRY_KEYS = tuple(

@@ -1,6 +1,5 @@
 """A project's configuration and catalog, read as ``kedro run --env <env>``
-reads them: for the Kafka clients of a project's own code and the
-development services."""
+reads them (for a project's own Kafka clients and the dev services)."""
 
 from __future__ import annotations
 
@@ -16,44 +15,37 @@ from kedro.config import MissingConfigException
 
 
 def project_config(env: str, project_path: Path | None = None) -> dict[str, Any]:
-    """The ``globals``, ``credentials`` and ``spark`` settings of ``conf/<env>``.
-
-    Read as ``kedro run --env <env>`` reads them: with the project's
-    ``settings.py`` (its resolvers included) and ``conf/base`` beneath.
-    The project is the working directory unless ``project_path`` is given.
-    """
+    """The ``globals``, ``credentials`` and ``spark`` settings of ``conf/<env>``
+    of the project at ``project_path`` (default: the working directory)."""
     with warnings.catch_warnings():
         # Kedro registers its resolvers with an API newer omegaconf deprecates.
         warnings.simplefilter("ignore", UserWarning)
-        metadata, loader = _config_loader(env, project_path)
+        metadata, loader, _ = _config_loader(env, project_path)
         config: dict[str, Any] = {"package_name": metadata.package_name}
         for key in ("globals", "credentials", "spark"):
-            try:
-                config[key] = loader[key] or {}
-            except MissingConfigException:  # e.g. an environment without secrets
-                config[key] = {}
+            config[key] = _optional(loader, key)
     return config
 
 
 def project_catalog(env: str, project_path: Path | None = None):
-    """The catalog of ``conf/<env>``, as ``kedro run --env <env>`` builds it
-    (its datasets made, none loaded)."""
+    """The catalog of ``conf/<env>`` (its datasets made, none loaded)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        _, loader = _config_loader(env, project_path)
-        try:
-            credentials = loader["credentials"]
-        except MissingConfigException:
-            credentials = {}
-        from kedro.framework.project import settings  # noqa: PLC0415 (see below)
-
+        _, loader, settings = _config_loader(env, project_path)
         return settings.DATA_CATALOG_CLASS.from_config(
-            catalog=loader["catalog"], credentials=credentials
+            catalog=loader["catalog"], credentials=_optional(loader, "credentials")
         )
 
 
+def _optional(loader: Any, key: str) -> Any:
+    try:
+        return loader[key] or {}
+    except MissingConfigException:  # e.g. an environment without secrets
+        return {}
+
+
 def _config_loader(env: str, project_path: Path | None):
-    """The project's metadata and its config loader for ``conf/<env>``."""
+    """The project's metadata, config loader for ``conf/<env>``, and settings."""
     with _callers_logging():
         from kedro.framework.project import (  # noqa: PLC0415
             settings as project_settings,
@@ -66,15 +58,14 @@ def _config_loader(env: str, project_path: Path | None):
         env=env,
         **project_settings.CONFIG_LOADER_ARGS,
     )
-    return metadata, loader
+    return metadata, loader, project_settings
 
 
 @contextlib.contextmanager
 def _callers_logging():
     """Imports Kedro's project module, if not yet imported, without the
-    logging configuration it applies then (the project's logging.yml: rich
-    on stdout, where the dev tools print their results only, and where a
-    script's own output goes): the caller's logging stays as it was."""
+    logging configuration it applies then (rich on stdout, where the dev
+    tools print their results): the caller's logging stays as it was."""
     if "kedro.framework.project" in sys.modules:  # Kedro's CLI: already set up
         yield
         return

@@ -1,10 +1,6 @@
-"""What the runtime reads from Spark beyond PySpark's public API: the JVM
-behind a classic session (PySpark's private py4j handles, used here and
-nowhere else), and the first line of Spark's errors.
-
-Over Spark Connect there is no JVM in this process: each function then
-answers ``None`` and the caller leaves the check to the server.
-"""
+"""What the runtime reads from Spark beyond PySpark's public API (its private
+py4j handles: here and nowhere else), and the first line of Spark's errors.
+Over Spark Connect there is no JVM here: the JVM's functions answer ``None``."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ def java_frame(frame: Any) -> Any | None:
 
 
 def plan_nodes(plan: Any) -> Iterator[Any]:
-    """Each node of a JVM plan (logical or physical), parents first, children
-    left to right."""
+    """Each node of a JVM plan, parents first, children left to right."""
     stack = [plan]
     while stack:
         node = stack.pop()
@@ -74,11 +69,8 @@ def class_loads(spark: Any, name: str) -> bool:
 
 
 def headline(error: BaseException, limit: int = 1000) -> str:
-    """The first line of Spark's message, without the query plan that follows.
-
-    Where that line only introduces its cause (Spark's "Exception thrown in
-    awaitResult:"), the cause's first line follows it.
-    """
+    """The first line of Spark's message, without the query plan that follows;
+    and its cause's, where it only introduces it ("...awaitResult:")."""
     text, cause = _first_line(error), error
     while text.endswith(":"):
         cause = getattr(cause, "_cause", None) or cause.__cause__
@@ -97,12 +89,8 @@ def _first_line(error: BaseException) -> str:
 
 
 def with_trigger(writer: DataStreamWriter, trigger: dict[str, Any]) -> DataStreamWriter:
-    """``writer.trigger(**trigger)``, Real-Time Mode included on PySpark 4.1.
-
-    Spark 4.1 has Real-Time Mode, but PySpark's ``trigger()`` takes
-    ``realTime`` only from 4.2: on 4.1 the JVM writer gets Spark's own
-    trigger. Spark Connect's writer has no JVM side.
-    """
+    """``writer.trigger(**trigger)``, Real-Time Mode included on PySpark 4.1,
+    whose ``trigger()`` does not take ``realTime``: the JVM writer gets it."""
     interval = trigger.get(_REAL_TIME)
     if interval is None or _REAL_TIME in inspect.signature(writer.trigger).parameters:
         return writer.trigger(**trigger)
@@ -125,8 +113,8 @@ _QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger"
 
 @contextlib.contextmanager
 def pyspark_error_logs_off() -> Iterator[None]:
-    """PySpark logs an error with its Java stack as it raises it; within
-    this, the error the caller raises or reports says all there is to say."""
+    """Without PySpark's log of an error's Java stack as it raises it: the
+    caller's error says all there is to say."""
     # PySpark's own logger class: a plain one would not take its extra fields.
     loggers = [PySparkLogger.getLogger(name) for name in _QUERY_CONTEXT_LOGGERS]
     before = [logger.disabled for logger in loggers]

@@ -10,6 +10,7 @@ from kedro_streaming._connectors.avro.codec import value_schema
 from kedro_streaming._connectors.entry_keys import misspelt_args
 from kedro_streaming._connectors.options import OptionNames
 from kedro_streaming._connectors.registry import connector_for
+from kedro_streaming._dataset import _MOVED
 from kedro_streaming.errors import StreamingConfigError
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -284,3 +285,28 @@ def test_a_misspelt_load_args_key_is_named_and_spark_options_are_not(spark):
             dataset = SparkStreamingDataset(file_format=file_format, **{args: options})
             misspelt = misspelt_args(dataset.load_options, dataset.writer_options)
             assert misspelt == [], (file_format, direction)
+
+
+# Those that need no registry to read (the schemas are asked of one).
+MOVED = sorted(set(_MOVED) - {"avro_schemas", "avro_key_schemas"})
+
+
+@pytest.mark.parametrize("name", MOVED)
+def test_a_property_of_0_10_reads_as_before_with_a_warning(name):
+    dataset = SparkStreamingDataset(
+        file_format="kafka",
+        load_args={"subscribe": "t", "kafka.bootstrap.servers": "broker:9092"},
+        credentials={"security_protocol": "SASL_SSL", "username": "u", "password": "p"},
+    )
+    with pytest.warns(DeprecationWarning, match=f"{name} is deprecated .* 0.12.0"):
+        value = getattr(dataset, name)
+    expected = {
+        "kafka_client_config": lambda v: v["bootstrap.servers"] == "broker:9092",
+        "kafka_python_config": lambda v: v["bootstrap_servers"] == "broker:9092",
+        "kafka_security": lambda v: v.username == "u",
+        "kafka_options": lambda v: v["kafka.security.protocol"] == "SASL_SSL",
+        "reads_avro": lambda v: v is False,
+        "writes_avro": lambda v: v is False,
+        "encode_values": callable,
+    }
+    assert expected[name](value)

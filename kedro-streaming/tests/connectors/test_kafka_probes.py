@@ -8,8 +8,11 @@ import threading
 
 import pytest
 from kedro_streaming import KafkaSecurity
-from kedro_streaming._connectors.kafka.probes import connection_problem
-from kedro_streaming._connectors.kafka.sasl import NotKafkaError, listener_mismatch
+from kedro_streaming._connectors.kafka.probes import (
+    NotKafkaError,
+    connection_problem,
+    listener_mismatch,
+)
 
 SASL_PLAINTEXT = {
     "security_protocol": "SASL_PLAINTEXT",

@@ -5,6 +5,7 @@ from pathlib import Path
 from kedro.io import DataCatalog
 from kedro.pipeline import node, pipeline
 from kedro_streaming._checks.plans import build_plans
+from kedro_streaming._checks.spec import RunSpec
 
 from tests.helpers import SOURCE, sink_in
 
@@ -45,9 +46,7 @@ def test_a_sink_read_before_it_has_history_is_a_stream_with_its_columns(spark):
             node(copied, "wide", "copy", name="copied"),
         ]
     )
-    plans = build_plans(
-        spark, catalog, nodes, {"wide": catalog["wide"], "copy": catalog["copy"]}
-    )
+    plans = build_plans(spark, RunSpec.read(catalog, nodes, {}))
 
     assert plans.problems == []
     assert (plans.stand_ins, sorted(plans.frames)) == ({"copy"}, ["copy", "wide"])

@@ -17,6 +17,7 @@ from kedro_streaming._checks.sink_schemas import (
     recorded_operator_count,
     state_problem,
 )
+from kedro_streaming._checks.spec import RunSpec
 from kedro_streaming._run.hooks import StreamingQueryHooks
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -75,7 +76,7 @@ def one_node(function):
 def dry_run(spark, catalog: DataCatalog, function):
     """What `kedro streams validate` (and `kedro run`, before any query
     starts) finds: its notes and problems."""
-    plans = build_plans(spark, catalog, one_node(function), {"out": catalog["out"]})
+    plans = build_plans(spark, RunSpec.read(catalog, one_node(function), {}))
     return plans.notes, plans.problems
 
 

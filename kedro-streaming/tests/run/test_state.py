@@ -6,9 +6,9 @@ import pytest
 from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline, node
 from kedro_streaming._checks.spec import RunSpec
+from kedro_streaming._cli.sinks import _described_totals
 from kedro_streaming._observe.state import STALE_SECONDS, StreamState
 from kedro_streaming._run.supervisor import QuerySupervisor
-from kedro_streaming.commands import _described_totals
 from kedro_streaming.errors import StreamingConfigError
 
 from tests.helpers import SOURCE, sink

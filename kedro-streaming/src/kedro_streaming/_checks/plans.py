@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from kedro_streaming._checks.describe import ends_by_itself
 from kedro_streaming._checks.realtime import real_time_plan_problem
 from kedro_streaming._checks.sink_schemas import check_sink_schema
+from kedro_streaming._checks.spec import RunSpec
 from kedro_streaming._checks.stateful import (
     missing_api_problem,
     redefined_watermark_problem,
@@ -108,19 +109,22 @@ class Plans:
 
 def build_plans(
     spark: Any,
-    catalog: DataCatalog,
-    pipeline: Pipeline,
-    sinks: dict[str, SparkStreamingDataset],
+    run: RunSpec,
+    sinks: dict[str, SparkStreamingDataset] | None = None,
     *,
-    bounded: bool = False,
+    bounded: bool | None = None,
 ) -> Plans:
-    """Runs the nodes that make ``sinks`` on dry inputs and checks each
-    sink's DataFrame; other nodes (a batch report after them) do not run.
-    ``bounded``: the run gives every query an ``availableNow`` trigger.
+    """Runs the nodes that make ``sinks`` (the run's by default) on dry
+    inputs and checks each sink's DataFrame; other nodes (a batch report
+    after them) do not run. ``bounded``: every query gets an ``availableNow``
+    trigger (by default as the run says).
 
     A node that fails is reported with the queries it belongs to; the nodes
     after it are skipped (their inputs are missing).
     """
+    catalog, pipeline = run.catalog, run.pipeline
+    sinks = run.sinks if sinks is None else sinks
+    bounded = run.bounded if bounded is None else bounded
     plans = Plans()
     frames: dict[str, Any] = {}
     failed: set[str] = set()
@@ -163,20 +167,13 @@ def build_plans(
     return plans
 
 
-def check_plans(
-    spark: Any,
-    catalog: DataCatalog,
-    pipeline: Pipeline,
-    sinks: dict[str, SparkStreamingDataset],
-    *,
-    bounded: bool = False,
-) -> Plans:
+def check_plans(spark: Any, run: RunSpec) -> Plans:
     """``build_plans``, its notes logged, failing on any problem: one line each.
 
     Raises:
         StreamingConfigError: A query cannot start as its nodes build it.
     """
-    plans = build_plans(spark, catalog, pipeline, sinks, bounded=bounded)
+    plans = build_plans(spark, run)
     for note in plans.notes:  # said whether the run goes on or not
         logger.warning("%s.", note)
     raise_problems(plans)

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import click
 from kedro.framework.cli.utils import split_string
 from kedro.framework.project import pipelines as registered_pipelines
 from kedro.framework.session import KedroSession
-from kedro.io import DataCatalog
 from kedro.pipeline import Pipeline
 
-from kedro_streaming._checks.catalog import streaming_datasets
+from kedro_streaming._checks.spec import RunSpec
 from kedro_streaming._dataset import SparkStreamingDataset
-from kedro_streaming._observe.state import StreamState, streaming_settings
+from kedro_streaming._observe.state import streaming_settings
 
 pipelines_option = click.option(
     "--pipelines",
@@ -27,41 +23,29 @@ pipelines_option = click.option(
 )
 
 
-@dataclass
-class _Project:
-    catalog: DataCatalog
-    pipeline: Pipeline
-    settings: dict[str, Any]
-    state: StreamState
-    env: str | None
-    config_loader: Any
-
-    @property
-    def sinks(self) -> dict[str, SparkStreamingDataset]:
-        """The streaming sinks of the selected pipelines: one query each."""
-        return {
-            name: dataset
-            for name, dataset in streaming_datasets(
-                self.catalog, self.pipeline.all_outputs()
-            ).items()
-            if dataset.checkpoint
-        }
-
-
 def _open(
     metadata, env: str | None, names: list[str], params: dict | None = None
-) -> _Project:
+) -> RunSpec:
+    """The run of the named pipelines (``__default__``), as ``kedro run``
+    would read it."""
     session = KedroSession.create(
         project_path=metadata.project_path, env=env, runtime_params=params or None
     )
     context = session.load_context()
-    settings = streaming_settings(context.config_loader)
     selected = names or ["__default__"]
     unknown = [name for name in selected if name not in registered_pipelines]
     if unknown:
         raise click.ClickException(f"No pipeline named {', '.join(unknown)}.")
     pipeline = sum((registered_pipelines[name] for name in selected), Pipeline([]))
-    state = StreamState.from_settings(settings)
-    return _Project(
-        context.catalog, pipeline, settings, state, env, context.config_loader
+    return RunSpec.read(
+        context.catalog,
+        pipeline,
+        streaming_settings(context.config_loader),
+        env=env,
+        config_loader=context.config_loader,
     )
+
+
+def queried(run: RunSpec) -> dict[str, SparkStreamingDataset]:
+    """The streaming sinks of the run that have a checkpoint: one query each."""
+    return {name: sink for name, sink in run.sinks.items() if sink.checkpoint}

@@ -12,10 +12,10 @@ import fsspec
 from kedro.framework.cli.utils import env_option
 from kedro.framework.project import pipelines as registered_pipelines
 
-from kedro_streaming._checks.catalog import query_sources
-from kedro_streaming._cli.project import _open, _Project, pipelines_option
+from kedro_streaming._checks.spec import RunSpec
+from kedro_streaming._cli.project import _open, pipelines_option, queried
 from kedro_streaming._connectors import delta
-from kedro_streaming._connectors.kafka.connector import LagUnknown, unread_messages
+from kedro_streaming._connectors.base import LagUnknown
 from kedro_streaming._dataset import SparkStreamingDataset
 from kedro_streaming._observe.progress import describe_expectations
 from kedro_streaming._observe.state_operators import StateOperator, describe_state
@@ -33,7 +33,7 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
     totals = project.state.totals()
     running = project.state.running()
     unreadable: list[str] = []
-    for name, dataset in project.sinks.items():
+    for name, dataset in queried(project).items():
         checkpoint = _checkpoint_state(dataset.checkpoint)
         parts = []
         if checkpoint["committed"] is None:
@@ -46,24 +46,18 @@ def status(metadata, env: str | None, pipelines: list[str]) -> None:
             parts.append(
                 f"uncommitted batch {checkpoint['pending']} (the next run redoes it)"
             )
-        if dataset.file_format == delta.DELTA_FORMAT:
-            version = delta.table_version(dataset.path)
-            parts.append(
-                "no Delta table yet" if version is None else f"Delta version {version}"
-            )
+        parts += dataset.connector.sink_figures(dataset)
         parts += _described_totals(totals.get(name))
         info = running.get(name)
         parts.append(
             f"running (pid {info['pid']} on {info['host']})" if info else "not running"
         )
-        for source, source_dataset in query_sources(
-            project.catalog, project.pipeline, name
-        ).items():
-            if source_dataset.file_format == "kafka":
-                try:
-                    lag = unread_messages(source_dataset, checkpoint["offsets"])
-                except LagUnknown as error:
-                    lag, unreadable = "unknown", [*unreadable, f"{source}: {error}"]
+        for source, entry in project.sources_of(name).items():
+            try:
+                lag = entry.connector.unread(entry, checkpoint["offsets"])
+            except LagUnknown as error:
+                lag, unreadable = "unknown", [*unreadable, f"{source}: {error}"]
+            if lag is not None:
                 parts.append(f"{source} lag {lag}")
         click.echo(f"{name}: " + " · ".join(parts))
     if unreadable:
@@ -167,7 +161,7 @@ def reset(
     through other streams, in all pipelines (or those of --pipelines).
     """
     project = _open(metadata, env, pipelines or list(registered_pipelines))
-    sinks = project.sinks
+    sinks = queried(project)
     for name in datasets:
         if name not in sinks:
             raise click.ClickException(
@@ -183,11 +177,12 @@ def reset(
     plan = []
     for name in sorted(targets):
         dataset = sinks[name]
-        if dataset.file_format == "kafka":
+        if not dataset.path:
             plan.append((name, [dataset.checkpoint]))
+            kept = dataset.connector.kept_by_reset(dataset)
             click.echo(
-                f"{name}: checkpoint {_shown(dataset.checkpoint)}. Its Kafka topic is "
-                "left alone: the next run appends everything again after what it holds."
+                f"{name}: checkpoint {_shown(dataset.checkpoint)}."
+                + (f" {kept}" if kept else "")
             )
         else:
             plan.append((name, [dataset.path, dataset.checkpoint]))
@@ -273,13 +268,13 @@ def vacuum(
 
 
 def _delta_tables(
-    project: _Project, names: tuple[str, ...]
+    project: RunSpec, names: tuple[str, ...]
 ) -> dict[str, SparkStreamingDataset]:
     """The named streaming sinks (all by default) whose tables are Delta."""
     tables = {
         name: dataset
-        for name, dataset in project.sinks.items()
-        if dataset.file_format == delta.DELTA_FORMAT
+        for name, dataset in queried(project).items()
+        if isinstance(dataset.connector, delta.Delta)
     }
     unknown = [name for name in names if name not in tables]
     if unknown or not tables:
@@ -291,11 +286,11 @@ def _delta_tables(
     return {name: tables[name] for name in names} if names else tables
 
 
-def _with_readers(project: _Project, names: set[str]) -> set[str]:
+def _with_readers(project: RunSpec, names: set[str]) -> set[str]:
     """``names`` and every streaming sink that reads them, directly or not."""
     found = set(names)
     for name in names:
         if any(name in node.inputs for node in project.pipeline.nodes):
             downstream = project.pipeline.from_inputs(name).all_outputs()
-            found |= {output for output in downstream if output in project.sinks}
+            found |= {output for output in downstream if output in queried(project)}
     return found

@@ -5,20 +5,12 @@ from __future__ import annotations
 import click
 from kedro.framework.cli.utils import _split_params, env_option
 
-from kedro_streaming._checks.catalog import (
-    catalog_names_by_env,
-    check_catalog_has,
-    fan_out,
-    query_nodes,
-)
-from kedro_streaming._checks.checks import (
-    check_before_spark,
-    check_run,
-    check_runtime_params,
-)
+from kedro_streaming._checks.catalog import check_catalog_has, fan_out, query_nodes
+from kedro_streaming._checks.checks import check_before_spark, check_with_spark
 from kedro_streaming._checks.constants import add_constant_problems
 from kedro_streaming._checks.plans import build_plans
-from kedro_streaming._cli.project import _open, _Project, pipelines_option
+from kedro_streaming._checks.spec import RunSpec
+from kedro_streaming._cli.project import _open, pipelines_option, queried
 from kedro_streaming._session.session import spark_session
 from kedro_streaming.errors import StreamingConfigError
 
@@ -40,41 +32,34 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
 
     Nothing is written, no checkpoint is made, no offset is read.
     """
-    project = _open(metadata, env, pipelines, params)
-    other_envs = lambda: catalog_names_by_env(project.config_loader)  # noqa: E731
+    run = _open(metadata, env, pipelines, params)
     try:
-        check_catalog_has(project.catalog, project.pipeline, other_envs)
+        check_catalog_has(run.catalog, run.pipeline, run.other_envs)
     except StreamingConfigError as error:
         # No query can be built without the datasets the error names.
         raise click.ClickException(f"{error}\nFix it before `kedro run`.") from None
+    # The run's own checks, in its order: the first problem before Spark and
+    # the first with it (a later check may rest on an earlier one).
     problems = []
     try:
-        check_runtime_params(project.config_loader)
-        check_before_spark(
-            project.catalog,
-            project.pipeline,
-            project.settings,
-            project.state,
-            other_envs=other_envs,
-        )
+        check_before_spark(run)
     except StreamingConfigError as error:
         problems.append(str(error))
     spark = spark_session()
     try:
-        check_run(spark, project.catalog, project.pipeline, project.settings, env=env)
+        check_with_spark(run, spark)
     except StreamingConfigError as error:
         problems.append(str(error))
     configuration_problems = len(problems)
-    for line in fan_out(project.catalog, project.pipeline, list(project.sinks)):
+    sinks = queried(run)
+    for line in fan_out(run.catalog, run.pipeline, list(sinks)):
         click.echo(f"note: {line}.")
-    plans = build_plans(
-        spark,
-        project.catalog,
-        project.pipeline,
-        project.sinks,
-        bounded=project.settings.get("trigger") == "available_now",
-    )
-    add_constant_problems(spark, project.catalog, project.pipeline, plans)
+    try:
+        bounded = run.bounded
+    except StreamingConfigError:  # an unknown trigger, said above
+        bounded = False
+    plans = build_plans(spark, run, sinks, bounded=bounded)
+    add_constant_problems(spark, run.catalog, run.pipeline, plans)
     problems += plans.problems
     for note in plans.notes:
         click.echo(f"note: {note}.")
@@ -83,7 +68,7 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
         # A problem found before the plans may name this query's datasets.
         named = [
             dataset
-            for dataset in _datasets_of(project, name)
+            for dataset in _datasets_of(run, name)
             if any(f"'{dataset}'" in problem for problem in earlier)
         ]
         click.echo(
@@ -101,17 +86,17 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
     click.echo("All streaming queries can start.")
 
 
-def _datasets_of(project: _Project, sink: str) -> list[str]:
+def _datasets_of(run: RunSpec, sink: str) -> list[str]:
     """The sink and every dataset its query's nodes read (its sources among
     them), in the order the nodes run."""
-    names = set(query_nodes(project.catalog, project.pipeline, sink))
+    names = set(query_nodes(run.catalog, run.pipeline, sink))
     return list(
         dict.fromkeys(
             [
                 sink,
                 *(
                     name
-                    for node in project.pipeline.nodes
+                    for node in run.pipeline.nodes
                     if node.name in names
                     for name in node.inputs
                 ),

@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
     from kedro_streaming._connectors.avro.option import AvroOption
-    from kedro_streaming._connectors.options import OptionNames
-    from kedro_streaming._connectors.sink_args import SinkArgs
     from kedro_streaming.problems import Problem
 
 # Every sink counts the rows it writes under this name, in the query's progress.
@@ -30,6 +28,10 @@ ROWS_WRITTEN_METRIC = "rows_written"
 # counts what its reader hands on, which for parquet is after the query's
 # filters skipped row groups: not what the query read.
 ROWS_READ_METRIC = "rows_read"
+
+
+class LagUnknown(Exception):
+    """A service did not tell how far a query is behind (the message says why)."""
 
 
 class Entry(Protocol):
@@ -43,7 +45,7 @@ class Entry(Protocol):
     load_options: dict[str, Any]
     writer_options: dict[str, Any]
     credentials: dict[str, Any]  # secrets: for the connector, never shown
-    sink: SinkArgs
+    sink: Any  # its save_args read (sink_args.SinkArgs)
     avro: AvroOption | None
     foreach_batch: str | None
     trigger: dict[str, Any] | None
@@ -129,12 +131,13 @@ class Connector:
         """Its credentials as reader and writer options (secrets included)."""
         return {}
 
-    def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
+    def option_names(self, names: Any, direction: str) -> list[str] | None:
         """The reader (``source``) or writer (``sink``) options the running
-        Spark knows for it; ``None`` when not known."""
+        Spark knows for it, read through ``names`` (an ``options.OptionNames``);
+        ``None`` when not known."""
         return None
 
-    def client_settings(self, names: OptionNames, direction: str) -> set[str] | None:
+    def client_settings(self, names: Any, direction: str) -> set[str] | None:
         """The settings its client takes under ``client_prefix``."""
         return None
 
@@ -170,9 +173,19 @@ class Connector:
         """What ``kedro streams status`` says of the sink's table."""
         return []
 
+    def kept_by_reset(self, entry: Entry) -> str:
+        """What ``kedro streams reset`` leaves of a sink without a folder, and
+        what that means for the next run."""
+        return ""
+
     def unread(self, entry: Entry, committed: list[dict]) -> str | None:
         """What the source holds after a query's last committed offsets
-        (``committed``, one mapping per source), ``None`` if not known."""
+        (``committed``, one mapping per source), ``None`` where it has no such
+        figure.
+
+        Raises:
+            LagUnknown: The service did not tell.
+        """
         return None
 
     def problems(self, run: RunEntries) -> list[str]:

@@ -60,6 +60,20 @@ def secrets_in(options: dict[str, Any], args_name: str) -> list[Problem]:
     ]
 
 
+def credentials_unread(connector: Any, credentials: dict[str, Any]) -> list[Problem]:
+    """Credentials on an entry whose connector has no client to give them to."""
+    if not credentials or connector.client_prefix:
+        return []
+    return [
+        Problem(
+            f"has credentials, which a {connector.label} entry does not read",
+            "remove them: credentials are a Kafka entry's (a schema registry's "
+            "go in its `avro` option)",
+            id="ENTRY_CREDENTIALS_UNREAD",
+        )
+    ]
+
+
 def redact(options: dict[str, Any]) -> dict[str, Any]:
     shown = deepcopy(options)
     for key in shown:

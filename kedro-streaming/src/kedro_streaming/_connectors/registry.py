@@ -3,7 +3,7 @@ in the order the run-level checks ask them."""
 
 from __future__ import annotations
 
-from kedro_streaming._connectors.avro.checks import Avro
+from kedro_streaming._connectors.avro.option import Avro
 from kedro_streaming._connectors.base import Connector
 from kedro_streaming._connectors.debugging import Debugging, Generated
 from kedro_streaming._connectors.delta import Delta

@@ -1,29 +1,7 @@
-"""Data-quality expectations: rules declared in configuration, checked on
-every record, counted per rule in every micro-batch.
-
-An expectation is a name, a Spark SQL boolean expression that a good record
-satisfies (``expect``), and what happens to a record that breaks it
-(``action``)::
-
-    trip_expectations:
-      fare_amount_range:
-        expect: fare_amount BETWEEN 0 AND 10000
-        action: quarantine
-
-- ``warn``: the record is kept as valid; the rule's name goes into its
-  ``warnings`` column.
-- ``quarantine``: the rule's name goes into its ``rejection_reason``.
-- ``fail``: the micro-batch fails with the rule's name, the record's origin
-  and the fix; the query stops before it commits the batch, so a rerun after
-  the fix processes the same batch again.
-
-A record breaks a rule when the expression is false. Null (unknown) does not
-break it, as in SQL ``CHECK`` constraints: a required field has a rule of its
-own (``fare_amount IS NOT NULL``). ``check_expectations`` works the same on
-batch and streaming DataFrames and observes the counts as the metric
-``expectations``, which the progress lines, the totals and the progress log
-show.
-"""
+"""Data-quality expectations: named Spark SQL rules from configuration, each
+with an action (``warn``, ``quarantine``, ``fail``), checked on every record
+and counted per rule in every micro-batch. As in SQL ``CHECK`` constraints,
+a rule is broken only when false, not null."""
 
 from __future__ import annotations
 
@@ -66,16 +44,8 @@ class Expectation:
 def expectations_from_config(
     config: Mapping[str, Any], declared_in: str
 ) -> list[Expectation]:
-    """The rules of a ``{name: {expect: ..., action: ...}}`` mapping, checked.
-
-    Args:
-        config: The rules, e.g. the ``trip_expectations`` parameters.
-        declared_in: Where they are declared, for the error messages.
-
-    Raises:
-        StreamingConfigError: A rule is not a name with an ``expect`` text and
-            one of the ``ACTIONS``.
-    """
+    """The rules of a ``{name: {expect: ..., action: ...}}`` mapping, checked;
+    ``declared_in`` names where, for the messages."""
     if not isinstance(config, Mapping) or not config:
         raise StreamingConfigError(
             f"{declared_in} declares no expectations: give a mapping of rule "
@@ -121,39 +91,18 @@ def check_expectations(  # noqa: PLR0913
     reason_column: str = "rejection_reason",
     warnings_column: str = "warnings",
 ) -> DataFrame:
-    """Checks every record against the rules of ``config``.
+    """Checks every record against the rules of ``config``
+    (``{name: {expect: ..., action: ...}}``), batch or streaming.
 
-    Each rule's expression is evaluated once per record; the rules are
-    checked against ``records``' columns first, so that a rule that does not
-    parse, names a missing column or is not a boolean fails here, with its
-    name, before any query starts.
-
-    Args:
-        records: The records, batch or streaming.
-        config: The rules, ``{name: {expect: ..., action: ...}}``.
-        declared_in: Where the rules are declared, for messages.
-        origin: Where a record came from (a file, a Kafka offset), for the
-            message of a ``fail`` rule; by default ``record_origin``: the
-            provenance columns and ``raw_payload`` of ``parse_records``
-            where ``records`` has them, else the record as JSON.
-        problems: A column of reasons found before the rules (a record that
-            did not parse). A record with one is quarantined with them and
-            not checked against the rules. By default ``problems``,
-            ``parse_records``' column, where ``records`` has it (else there
-            is none); ``None`` reads no such column.
-        reason_column: The output column of quarantine reasons, ``; ``-joined
-            rule names (null for a good record).
-        warnings_column: The output column of the ``warn`` rules broken.
-
-    Returns:
-        ``records``' columns (less ``problems``), then ``reason_column`` and
-        ``warnings_column``. Each micro-batch observes the metric
-        ``expectations``: the records each rule caught, ``quarantined``,
-        ``warned`` and ``unparsed``.
-
-    Raises:
-        StreamingConfigError: A rule is malformed, does not parse, names a
-            missing column or is not a boolean expression.
+    A rule that does not parse, names a missing column or is no boolean fails
+    here, before any query starts. ``origin`` names a record in a ``fail``
+    rule's message (default: ``record_origin``). A record with ``problems``
+    (``parse_records``' column, where there is one; ``None``: none read) is
+    quarantined with them, unchecked. The result is ``records``' columns
+    (less ``problems``), ``reason_column`` and ``warnings_column`` (the
+    ``; ``-joined names of the rules broken, else null); each micro-batch
+    observes the metric ``expectations``: the records each rule caught,
+    ``quarantined``, ``warned`` and ``unparsed``.
 
     Example:
         >>> from kedro_streaming import check_expectations
@@ -229,8 +178,8 @@ def check_expectations(  # noqa: PLR0913
 def _problems_column(
     columns: list[str], problems: str | None, declared_in: str
 ) -> str | None:
-    """The column of problems found before the rules, if any: the default
-    only where the records have it (parsed by ``parse_records``)."""
+    """The column of problems found before the rules: the default only where
+    the records have it."""
     if problems is None or problems in columns:
         return problems
     if problems == PARSE_PROBLEMS:
@@ -289,13 +238,10 @@ def rule_counts(metrics: Mapping[str, Any]) -> dict[str, int]:
 def _check_rules(
     records: DataFrame, expectations: list[Expectation], declared_in: str
 ) -> None:
-    """Parses and analyses each rule against ``records``' columns; each must
-    be a boolean.
+    """Analyses the rules against ``records``' columns; each must be a boolean.
 
-    All rules are analysed in one pass: analysing a streaming plan is the
-    slow part of building it, and a pass per rule cost about 20 ms each. Only
-    when that pass fails is each rule parsed and analysed on its own, to name
-    the one that is wrong (Spark Connect included).
+    In one pass (about 20 ms a rule otherwise); only when it fails is each
+    rule analysed on its own, to name the one that is wrong.
     """
     try:
         with pyspark_error_logs_off():
@@ -309,8 +255,7 @@ def _check_rules(
         # Not one boolean column per rule (a rule with a parse error, a
         # missing column, or a `)` that ends it early): find the rule.
         for expectation in expectations:
-            rule = _parsed(expectation, records, declared_in)
-            _analysed(records, expectation, rule, declared_in)
+            _check_alone(records, expectation, declared_in)
         raise StreamingConfigError(
             f"{declared_in}: the rules cannot be checked together, though each "
             "can on its own; check them for unbalanced parentheses."
@@ -324,36 +269,20 @@ def _check_rules(
             )
 
 
-def _parsed(expectation: Expectation, records: DataFrame, declared_in: str) -> Column:
-    try:
-        with pyspark_error_logs_off():
-            return F.expr(expectation.expect)
-    except AnalysisException as error:  # ParseException is one
-        raise _cannot_check(expectation, records, declared_in, error) from None
-
-
-def _analysed(
-    records: DataFrame, expectation: Expectation, rule: Column, declared_in: str
+def _check_alone(
+    records: DataFrame, expectation: Expectation, declared_in: str
 ) -> None:
     try:
         with pyspark_error_logs_off():
+            rule = F.expr(expectation.expect)
             records.select(rule.alias("rule")).schema  # noqa: B018 (analyses it)
-    except AnalysisException as error:
-        raise _cannot_check(expectation, records, declared_in, error) from None
-
-
-def _cannot_check(
-    expectation: Expectation,
-    records: DataFrame,
-    declared_in: str,
-    error: AnalysisException,
-) -> StreamingConfigError:
-    message = str(error).strip().splitlines()[0]
-    return StreamingConfigError(
-        f"{_where(expectation, declared_in)}: `{expectation.expect}` cannot be "
-        f"checked: {message}. Fix the expression; it can use the record's "
-        f"columns: {', '.join(records.columns)}."
-    )
+    except AnalysisException as error:  # ParseException is one
+        message = str(error).strip().splitlines()[0]
+        raise StreamingConfigError(
+            f"{_where(expectation, declared_in)}: `{expectation.expect}` cannot be "
+            f"checked: {message}. Fix the expression; it can use the record's "
+            f"columns: {', '.join(records.columns)}."
+        ) from None
 
 
 def _where(expectation: Expectation, declared_in: str) -> str:

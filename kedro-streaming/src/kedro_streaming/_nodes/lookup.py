@@ -1,24 +1,9 @@
 """A small static table as expressions: rows found by key, without a join.
 
-A stream joined with a static table reads and broadcasts that table again
-in every micro-batch: a Spark job each time, and a bigger plan to optimise,
-and in Real-Time Mode both at every checkpoint while records wait. A table
-of a few hundred rows (zones, currencies, device types) needs neither:
-``Lookup`` reads it once, when the node runs, and puts its rows in the plan
-as a literal map, so that each record finds its row by key, in the same
-way on a batch and on a stream.
-
-    zones = Lookup(taxi_zones, key="LocationID")
-    trips.select(
-        "*",
-        zones.has(F.col("PULocationID")).alias("pickup_zone_known"),
-        zones.value("Borough", F.col("PULocationID")).alias("pickup_borough"),
-    )
-
-The table is read when the query is built, not per batch: a change to it
-takes effect at the next start. In a ``kedro run`` it is read once for the
-whole run, whichever nodes look up the same table (``run_reads_each_table_once``).
-For tables past ``MAX_ROWS``, join.
+A stream joined with a static table reads and broadcasts it again in every
+micro-batch (in Real-Time Mode, at every checkpoint). ``Lookup`` reads it
+once, when the query is built (a change takes effect at the next start), and
+puts its rows in the plan as a literal. For tables past ``MAX_ROWS``, join.
 """
 
 from __future__ import annotations
@@ -43,10 +28,8 @@ MAX_ROWS = 10_000
 
 
 # While a run runs: the rows each table gave, with the hash of its plan. A run
-# builds some nodes twice (its checks build every query; a node that reads a
-# sink of the run is built again once that sink has history), and the same
-# table read again is a Spark job that waits for the run's first queries to
-# free the cores (1.2 s for the example's zones). Outside a run: None.
+# builds some nodes twice, and a table read again is a Spark job that waits for
+# the run's first queries to free the cores (1.2 s for the example's zones).
 class _RunReads:
     tables: list[tuple[int, DataFrame, list[Row]]] | None = None
 
@@ -119,13 +102,9 @@ class Lookup:
     def _find(self, values: dict, kind: DataType, key: Column) -> Column:
         """The value of ``values`` for ``key``, null when it has none.
 
-        The values are one literal in the plan: their text as JSON, read and
-        cast by Spark, which folds it into a constant once per planning.
-        Written as ``map(k1, v1, ...)``, the same map took a few expressions
-        per row, and about 0.25 s more to build for the 265 taxi zones.
-        Integer keys close together (IDs, codes) index an array, one step per
-        record; other keys search a map, which Spark does key by key (for 265
-        zones, 4 % of the ingest query's time, measured with JFR).
+        One literal of JSON text, which Spark folds into a constant once per
+        planning (``map(k1, v1, ...)`` took 0.25 s more for 265 zones). Close
+        integer keys index an array: a map is searched key by key.
         """
         lowest, slots = self._slots()
         if slots:
@@ -146,9 +125,8 @@ class Lookup:
         return F.from_json(F.lit(as_text), "map<string,string>").cast(map_type)[key]
 
     def _slots(self) -> tuple[int, int]:
-        """The lowest key and the length of an array from it to the highest,
-        when the keys are integers that few slots of it would leave empty;
-        else (0, 0)."""
+        """The lowest key and the array's length to the highest, for integer
+        keys that leave few slots empty; else (0, 0)."""
         if not isinstance(self._types[self.key], IntegralType) or not self._rows:
             return 0, 0
         lowest, highest = min(self._rows), max(self._rows)
@@ -157,10 +135,8 @@ class Lookup:
 
 
 def run_reads_each_table_once() -> Callable[[], None]:
-    """Until the returned function is called, a ``Lookup`` of a table that an
-    earlier one read (the same plan: ``DataFrame.sameSemantics``) takes the
-    rows that one read. The hooks call it when a run's checks begin, and the
-    returned function when the run ends."""
+    """Until the returned function is called, a ``Lookup`` of a table an
+    earlier one read (``DataFrame.sameSemantics``) takes the same rows."""
     _run_reads.tables = []
 
     def put_back() -> None:

@@ -1,18 +1,6 @@
-"""Records of a stream, typed by a schema, with every problem named.
-
-``parse_records`` turns raw records (JSON lines of a file, Kafka message
-values, or one column per field from CSV or parquet) into typed columns. It
-never drops a record and never fails on one: a record that is not a record,
-or a field that does not fit its type, is named in ``problems``, and the
-record keeps its raw payload and where it came from. ``check_expectations``
-then quarantines it with those problems. A node::
-
-    node(parse_records, ["raw_readings", "params:reading_schema"], "parsed_readings")
-
-with, in ``parameters.yml``::
-
-    reading_schema: "device STRING NOT NULL, at TIMESTAMP, temperature_c DOUBLE"
-"""
+"""Records of a stream, typed by a schema, with every problem named: a record
+is never dropped and never fails the query; ``check_expectations`` then
+quarantines it with its ``problems``."""
 
 from __future__ import annotations
 
@@ -26,17 +14,6 @@ from kedro_streaming.errors import StreamingConfigError
 CORRUPT_RECORD = "_corrupt_record"
 # A Kafka dataset's Avro option decodes each message into these columns.
 AVRO_RECORD, AVRO_PROBLEM = "value_record", "value_problem"
-# Where each row came from: a file, or a Kafka message. There is no
-# processing-time column on purpose: Spark writes a micro-batch's
-# current_timestamp() into the generated code as a constant, so such a column
-# makes Spark compile the whole query again for every micro-batch.
-PROVENANCE_COLUMNS = (
-    "source_file",
-    "kafka_topic",
-    "kafka_partition",
-    "kafka_offset",
-    "kafka_timestamp",
-)
 # Kafka's metadata columns, kept on every row as its origin: name and type.
 _KAFKA_ORIGIN = {
     "topic": ("kafka_topic", "string"),
@@ -44,6 +21,10 @@ _KAFKA_ORIGIN = {
     "offset": ("kafka_offset", "long"),
     "timestamp": ("kafka_timestamp", "timestamp"),
 }
+# Where each row came from. No processing-time column on purpose: Spark writes
+# a micro-batch's current_timestamp() into the generated code as a constant,
+# so such a column makes Spark compile the whole query again every micro-batch.
+PROVENANCE_COLUMNS = ("source_file", *[name for name, _ in _KAFKA_ORIGIN.values()])
 # Decoded straight into their type from JSON, where their form is
 # unambiguous. Datetimes (ISO text or epoch milliseconds), dates, text and
 # binary fields are decoded as text and typed by the same rules on every path.
@@ -54,32 +35,18 @@ _DECODED_TYPES = (T.NumericType, T.BooleanType, *_NESTED_TYPES)
 # `schema` is a DDL string or a StructType; hinted `object`, since Kedro 1.7
 # warns of a union in the hint of a node's parameter at every command.
 def parse_records(raw: DataFrame, schema: object) -> DataFrame:
-    """Types raw records by ``schema`` and names what did not parse.
+    """Types raw records by ``schema`` (DDL or a ``StructType``; ``NOT NULL``
+    fields are required) and names what did not parse.
 
-    Args:
-        raw: Either one JSON record per row in a ``value`` column (text lines
-            of a file, or the bytes of Kafka messages with ``topic``,
-            ``partition``, ``offset`` and ``timestamp``); or Avro records a
-            Kafka dataset decoded (``value_record``, ``value_problem``: its
-            ``avro`` option); or one column per field of ``schema`` (CSV or
-            parquet files), with an optional ``_corrupt_record`` column
-            holding lines that were not records.
-        schema: The record's fields: a DDL string (``"device STRING NOT
-            NULL, at TIMESTAMP, value DOUBLE"``) or a ``StructType``. A
-            ``NOT NULL`` field is required.
-
-    Returns:
-        The fields with their types; ``raw_payload``, the record as received
-        (base64 when it was not UTF-8 text); ``problems``, null when the
-        record parsed, else its problems ``; ``-separated: ``empty record``,
-        ``not UTF-8 text (raw_payload is base64)``, ``not a valid record``
-        (not a JSON object), ``invalid <field>`` (a value that is not of its
-        type) or ``missing <field>`` (a required field without a value); and
-        the ``PROVENANCE_COLUMNS`` (null where they do not apply).
-
-    Rules for text: datetimes may be ISO-8601 text or epoch milliseconds;
-    integers may be written as whole floats (``"2.0"``); text fields are
-    trimmed, and an empty one is null.
+    ``raw`` holds JSON records in a ``value`` column (text lines, Kafka
+    bytes), Avro records a Kafka dataset decoded (``value_record``), or one
+    column per field (CSV, parquet; maybe a ``_corrupt_record``). The result
+    has the typed fields, ``raw_payload`` (base64 when not UTF-8), the
+    ``PROVENANCE_COLUMNS``, and ``problems``: null, or ``; ``-joined
+    ``empty record``, ``not UTF-8 text ...``, ``not a valid record``,
+    ``invalid <field>`` or ``missing <field>``. Datetimes may be ISO-8601 or
+    epoch milliseconds, integers whole floats (``"2.0"``); text is trimmed,
+    and empty text is null.
 
     Example:
         >>> from kedro_streaming import parse_records
@@ -104,7 +71,6 @@ def parse_records(raw: DataFrame, schema: object) -> DataFrame:
         records = _field_columns(raw, fields)
     # Written as SQL: a Column built in Python costs a call into the JVM per
     # function and operator, about 3,000 for the example's 20 fields.
-    # Fields an Avro record already holds with their type: taken as they are.
     native = (
         set(records.schema["_native_record"].dataType.fieldNames())
         if "_native_record" in records.columns
@@ -144,15 +110,14 @@ def parse_records(raw: DataFrame, schema: object) -> DataFrame:
         "raw_payload",
         f"concat_ws('; ', {', '.join(problems)}) AS problems",
         "CASE WHEN input_file_name() != '' THEN input_file_name() END AS source_file",
-        *[name for name, _ in _KAFKA_ORIGIN.values()],
+        *PROVENANCE_COLUMNS[1:],
     )
     return parsed.withColumn("problems", _unless_empty("problems"))
 
 
 def record_origin(records: DataFrame) -> Column:
-    """Where a record came from, and its start: for the message of a ``fail``
-    expectation. Uses the ``PROVENANCE_COLUMNS`` and ``raw_payload`` that
-    ``records`` has, else the record itself as JSON.
+    """Where a record came from (its ``PROVENANCE_COLUMNS``) and its start
+    (``raw_payload``, else the record as JSON): for a ``fail`` expectation.
 
     Example:
         >>> from kedro_streaming import record_origin
@@ -217,17 +182,12 @@ def _decoded(kind: T.DataType) -> bool:
 
 
 def _decode_json_values(raw: DataFrame, fields: T.StructType) -> DataFrame:
-    """``value`` (a text line or message bytes) -> the JSON record's fields.
+    """``value`` (a text line or message bytes) -> the JSON record's fields,
+    one row per value, with a ``_decode_problem`` where it is no record.
 
-    Every value gives exactly one row, whatever it holds: an empty or null
-    value, bytes that are not UTF-8, or text that is not a JSON object each
-    get a ``_decode_problem`` and keep their payload.
-
-    Most records are well formed, so each is decoded once, straight into the
-    field types, as Spark's JSON reader would (``_record``; datetimes stay
-    text). Only a record that does not fit those types is decoded again with
-    every field as text (``_text_record``), so that each field can be typed
-    leniently and each problem named.
+    Each is decoded once into the field types (``_record``); only a record
+    that does not fit is decoded again as text (``_text_record``), so that
+    each field can be typed leniently and each problem named.
     """
     options = (
         f"map('mode', 'PERMISSIVE', 'columnNameOfCorruptRecord', '{CORRUPT_RECORD}')"
@@ -275,14 +235,13 @@ def _decode_json_values(raw: DataFrame, fields: T.StructType) -> DataFrame:
         "WHEN NOT _is_utf8 THEN 'not UTF-8 text (raw_payload is base64)' "
         f"WHEN {corrupt} IS NOT NULL THEN 'not a valid record' "
         "END AS _decode_problem",
-        *[name for name, _ in _KAFKA_ORIGIN.values()],
+        *PROVENANCE_COLUMNS[1:],
     )
 
 
 def _avro_records(raw: DataFrame, fields: T.StructType) -> DataFrame:
-    """Avro records, decoded by the Kafka dataset (``value_record``, null with
-    its ``value_problem`` when not) -> the fields, typed where the Avro type is
-    the schema's, else as text to type by the rules of every path."""
+    """Avro records the Kafka dataset decoded -> the fields: as they are where
+    the Avro type is the schema's, else as text to type."""
     avro = raw.schema[AVRO_RECORD].dataType
     given = {field.name: field.dataType for field in avro.fields}
     record = F.col(AVRO_RECORD)
@@ -312,17 +271,13 @@ def _avro_records(raw: DataFrame, fields: T.StructType) -> DataFrame:
         F.when(record.isNotNull(), F.to_json(record))
         .otherwise(F.regexp_replace(F.base64(value), r"\s", ""))
         .alias("raw_payload"),
-        _avro_problem(raw).alias("_decode_problem"),
+        # The value's problem, else the key's (when keys are Avro too).
+        (
+            F.coalesce(F.col(AVRO_PROBLEM), F.concat(F.lit("key: "), "key_problem"))
+            if "key_problem" in raw.columns
+            else F.col(AVRO_PROBLEM)
+        ).alias("_decode_problem"),
         *_origin_columns(raw),
-    )
-
-
-def _avro_problem(raw: DataFrame) -> Column:
-    """The value's problem, else the key's (when keys are Avro too)."""
-    if "key_problem" not in raw.columns:
-        return F.col(AVRO_PROBLEM)
-    return F.coalesce(
-        F.col(AVRO_PROBLEM), F.concat(F.lit("key: "), F.col("key_problem"))
     )
 
 
@@ -363,8 +318,7 @@ def _origin_columns(raw: DataFrame) -> list[Column]:
 
 
 def _typed(text: str, kind: T.DataType) -> str:
-    """SQL that parses the text of SQL ``text`` into ``kind``, giving null
-    instead of failing."""
+    """SQL parsing SQL ``text`` into ``kind``: null instead of failing."""
     if isinstance(kind, T.TimestampType):
         # pandas' to_json and many producers write epoch milliseconds. A
         # datetime has a ":", so the pattern is only tried on the rest; and
@@ -376,8 +330,7 @@ def _typed(text: str, kind: T.DataType) -> str:
             f"ELSE try_to_timestamp({text}) END"
         )
     if isinstance(kind, T.IntegralType):
-        # Files often carry integer codes as floats ("1.0") where values are
-        # missing.
+        # Files often carry integer codes as floats ("1.0") where values miss.
         as_double = f"try_cast({text} AS DOUBLE)"
         whole = (
             f"CASE WHEN {as_double} = floor({as_double}) "
@@ -436,9 +389,6 @@ def _nullable(kind: T.DataType) -> T.DataType:
 
 
 def _unless_empty(name: str) -> Column:
-    """A column of ``; ``-joined messages, null when there are none.
-
-    Applied to a column made by the select before, not to the joining
-    expression itself, so that Spark joins the messages once per row.
-    """
+    """Column ``name`` (made by the select before, so that Spark joins the
+    messages once per row), null when empty."""
     return F.when(F.col(name) != "", F.col(name)).alias(name)

@@ -68,9 +68,8 @@ def serve_metrics(settings: dict[str, Any]) -> tuple[StreamMetrics | None, float
 def serve_the_failure(
     seconds: float, triggers: dict[str, dict[str, Any]], stopped: Callable[[], bool]
 ) -> None:
-    """Serves the endpoint a while after a query of a continuous run failed,
-    so that Prometheus scrapes the failed status before the run ends (and
-    its target with it); ``stopped()`` (Ctrl-C) ends it sooner."""
+    """Serves the endpoint a while after a continuous run's query failed, for
+    Prometheus to scrape the failed status; ``stopped()`` ends it sooner."""
     bounded = all("availableNow" in t for t in triggers.values())
     if seconds <= 0 or bounded:  # a bounded run is a job: its exit code tells
         return

@@ -1,42 +1,9 @@
-"""The run's streaming figures as Prometheus metrics, served while it runs.
+"""The run's streaming figures as Prometheus metrics, served while it runs
+(the series: the project's docs/operating.md).
 
 Each series is taken from the progress log's own record of a micro-batch
-(``state.batch_record``), when the log writes it, so the endpoint and
-``progress.jsonl`` never disagree. One label, ``query``, is the sink's name.
-
-- ``kedro_stream_batches_total``: micro-batches run;
-- ``kedro_stream_input_rows_total``, ``kedro_stream_written_rows_total``,
-  ``kedro_stream_quarantined_rows_total``: rows read, written by the sink, and
-  counted as quarantined by the nodes;
-- ``kedro_stream_expectation_records_total{rule}``: records each expectation
-  caught (and ``unparsed``);
-- ``kedro_stream_late_state_rows_dropped_total``: Spark's
-  ``numRowsDroppedByWatermark`` (for an aggregation, late groups of a batch);
-- ``kedro_stream_batch_duration_seconds``: a histogram of batch durations;
-- ``kedro_stream_last_batch_timestamp_seconds`` and
-  ``kedro_stream_seconds_since_last_batch``: when the last batch ended
-  (committed), and how long ago at the time of the scrape (the trigger lag),
-  from the query's first batch on;
-- ``kedro_stream_seconds_without_progress``: how long the query has wanted to
-  run a batch and not ended one: the time since its last batch ended or since
-  Spark's status last showed it idle (no trigger running, no input waiting),
-  whichever is later, as the run looks at that status every half second and
-  at each scrape; from the query's first batch on. An idle query's is 0;
-- ``kedro_stream_trigger_interval_seconds``: the query's processing-time
-  trigger interval (none for other triggers);
-- ``kedro_stream_trigger_active`` and ``kedro_stream_new_data_available``:
-  Spark's status of the query at the time of the scrape, 1 or 0: in a trigger
-  (getting its sources' offsets or running a batch), and whether its last look
-  at the sources found data it had not processed;
-- ``kedro_stream_state_rows``, ``kedro_stream_watermark_timestamp_seconds``;
-- ``kedro_stream_state_operator_rows{operator}`` and
-  ``kedro_stream_state_operator_memory_bytes{operator}``: per stateful
-  operator (``stateStoreSave``, ``dedupeWithinWatermark``,
-  ``symmetricHashJoin``...), its state rows and the memory its store reports;
-- ``kedro_stream_kafka_lag_messages{topic, partition}``: messages in the
-  partition beyond the last batch's end offset, as of that batch;
-- ``kedro_stream_query_status{kedro_stream_query_status}``: running, stopped
-  or failed, one of them 1.
+(``state.batch_record``), so the endpoint and ``progress.jsonl`` never
+disagree. One label, ``query``, is the sink's name.
 """
 
 from __future__ import annotations
@@ -220,25 +187,16 @@ class StreamMetrics:
         gets its counters at 0, so that its series exist before its first batch."""
         with self.registry.lock:
             if status == "running":
-                for counter in (
-                    self._batches,
-                    self._input_rows,
-                    self._written_rows,
-                    self._quarantined,
-                    self._late,
-                    self._duration,
-                ):
+                for counter in (self._batches, self._input_rows, self._written_rows):
+                    counter.labels(query)
+                for counter in (self._quarantined, self._late, self._duration):
                     counter.labels(query)
             self._status.labels(query).state(status)
 
     def serve(self, address: str, port: int, tls: dict[str, str] | None = None) -> None:
-        """Serves ``/metrics`` at ``address:port`` until ``close``.
-
-        Args:
-            tls: ``certfile`` and ``keyfile`` serve it over HTTPS; with
-                ``client_cafile``, only to clients whose certificate that CA
-                signed (a Prometheus with ``tls_config.cert_file``).
-        """
+        """Serves ``/metrics`` at ``address:port`` until ``close``: over HTTPS
+        with ``tls``' ``certfile`` and ``keyfile``, to clients whose
+        certificate ``client_cafile`` signed only, if given."""
         tls = {key: value for key, value in (tls or {}).items() if value}
         if tls and not {"certfile", "keyfile"} <= tls.keys():
             raise StreamingConfigError(
@@ -301,9 +259,7 @@ def port_taken(address: str, port: int, error: OSError) -> StreamingConfigError:
 
 
 class _AtScrape:
-    """The gauges of the moment of each scrape: the time since each query's
-    last batch, Spark's status of each query, and the time each has wanted to
-    progress and not."""
+    """The gauges of the moment of each scrape."""
 
     def __init__(self, batch_ended: dict[str, float], queries: dict[str, Any]):
         self._batch_ended = batch_ended

@@ -31,9 +31,8 @@ class SharedObservations:
         progress: ProgressLog,
         checkpoint: Callable[[str], str | None],
     ) -> None:
-        """Leaves a metric that an earlier query of the run already observes
-        (the same node's DataFrame, fanned out to two sinks) to that query:
-        each rule's figures are counted once, not once per query."""
+        """Leaves a metric an earlier query observes (one node's DataFrame,
+        fanned out to two sinks) to that query: counted once."""
         repeated = {}
         for observation in observed_metrics(data):
             first = self._observed_by.setdefault(observation, name)
@@ -64,9 +63,8 @@ class SharedObservations:
 
 
 def observed_metrics(frame: Any) -> set[tuple[str, int]]:
-    """The metrics ``frame``'s plan observes (``DataFrame.observe``), as
-    (name, id of the observed DataFrame): two queries built from one node's
-    output share them. Empty over Spark Connect, whose plan is the server's."""
+    """The metrics ``frame``'s plan observes, as (name, DataFrame id); empty
+    over Spark Connect."""
     jdf = getattr(frame, "_jdf", None)
     if jdf is None:
         return set()

@@ -1,5 +1,4 @@
-"""One log line per micro-batch of every query, running totals, the
-persisted progress log (``state.py``) and the Prometheus series (``metrics.py``)."""
+"""One log line per micro-batch of every query, with running totals."""
 
 from __future__ import annotations
 
@@ -31,14 +30,11 @@ QUARANTINED_FIELD = "quarantined"
 
 
 class ProgressLog:
-    """Logs one line per micro-batch of every query, and keeps running totals.
+    """Logs one line per micro-batch of every query, and keeps running totals
+    (no per-batch history: a long run does not grow the driver's memory).
 
-    The hooks call ``update`` while they wait on the queries. It reads each
-    query's new progress reports as JSON: PySpark's ``StreamingQueryListener``
-    converts every report field by field through py4j, which took about
-    70 ms of CPU per report, a tenth of two cores for three queries at a
-    1-second trigger. Only totals are kept, never per-batch history, so a long
-    run does not grow the driver's memory.
+    Reports are read as JSON: PySpark's ``StreamingQueryListener`` converts
+    each field by field through py4j (about 70 ms of CPU per report).
     """
 
     def __init__(
@@ -138,9 +134,8 @@ class ProgressLog:
 
 
 def rows_read(metrics: dict[str, dict], sources: list[dict]) -> int:
-    """The rows a batch read from its sources: what each of the plugin's
-    sources counted as it read (``ROWS_READ_METRIC``), else Spark's
-    numInputRows (a source of another dataset type).
+    """The rows a batch read: what the plugin's sources counted
+    (``ROWS_READ_METRIC``), else Spark's numInputRows.
 
     Example:
         >>> rows_read({"rows_read:0": {"rows": 7}, "rows_read:3": {"rows": 2}}, [])
@@ -175,10 +170,7 @@ def describe_expectations(caught: dict[str, int]) -> str:
 
 
 def metric_row(row: dict[str, Any]) -> dict[str, Any]:
-    """An observed metric's row as ``{column: value}``.
-
-    Classic Spark reports it so; Spark Connect as ``values`` and ``schema``.
-    """
+    """An observed metric's row as ``{column: value}`` (Spark Connect's too)."""
     if "values" in row and "schema" in row:
         names = [field["name"] for field in row["schema"]["fields"]]
         return dict(zip(names, row["values"], strict=False))
@@ -186,9 +178,8 @@ def metric_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def reports_newest_first(query: StreamingQuery) -> Iterator[dict[str, Any]]:
-    """The query's recent progress reports (Spark keeps 100), newest first,
-    each read when the caller asks for it: PySpark 4.0's ``recentProgress``
-    builds every report field by field over py4j (seconds for 100 reports)."""
+    """The query's recent progress reports, newest first, each read when
+    asked for: PySpark's ``recentProgress`` takes seconds for 100 of them."""
     jquery = java_query(query)
     if jquery is None:  # Spark Connect: the reports arrive as JSON already.
         for report in reversed(query.recentProgress):
@@ -201,8 +192,8 @@ def reports_newest_first(query: StreamingQuery) -> Iterator[dict[str, Any]]:
 
 
 def _watermark(report: dict) -> str:
-    """The query's watermark as its progress line shows it: Spark reports
-    the epoch (1970-01-01) until an event time has been seen."""
+    """The query's watermark for its progress line (Spark reports the epoch
+    until it has seen an event time)."""
     watermark = report.get("eventTime", {}).get("watermark")
     if not watermark:
         return "none"

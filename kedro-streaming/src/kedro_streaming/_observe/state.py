@@ -1,20 +1,10 @@
-"""What the runtime records beside the queries, in ``state_dir`` (streaming.yml).
+"""What the runtime records beside the queries, in ``state_dir``: the
+progress log (``progress.jsonl``, rotated to ``progress.1.jsonl`` past
+``max_bytes``), ``totals.json`` per query since its last reset, and
+``running/<query>.json`` with a heartbeat while a query runs.
 
-- ``progress.jsonl``: one JSON object per micro-batch of every query, appended
-  as the run sees it. When it passes ``max_bytes`` it becomes
-  ``progress.1.jsonl`` (replacing the previous one), so the log keeps at
-  least the last ``max_bytes`` and never more than twice that.
-- ``totals.json``: per query, the sums since its last reset (batches, rows
-  in, written, quarantined, late state rows dropped, and the records each
-  expectation caught), which outlive the rotation; and the batches a
-  checkpoint committed that no record logged (a run killed between a
-  batch's commit and its record), counted as such at the next start.
-- ``running/<query>.json``: the process running a query, with a heartbeat a
-  few seconds old at most while it runs; removed when it stops.
-
-A JSON-lines file rather than a Spark table: writing a table would cost a
-Spark job per micro-batch, at a 1-second trigger; a line costs nothing,
-``status`` reads it without Spark, and Spark or pandas read it as a table.
+JSON lines, not a Spark table: a table would cost a Spark job per
+micro-batch; ``status`` reads the lines without Spark.
 """
 
 from __future__ import annotations
@@ -116,19 +106,16 @@ class StreamState:
 
     def note_unlogged(self, query: str, checkpoint: str | None) -> list[int]:
         """The batches ``checkpoint`` committed after the query's last logged
-        one, now counted in its totals as ``unlogged_batches`` (their figures
-        are unknown). A run killed between a batch's commit and its record
-        leaves them; the next run's start finds them."""
+        one (a run killed between), now counted as ``unlogged_batches``."""
         totals = self.totals()
         logged = totals.get(query, {}).get("last_batch")
         committed = last_committed_batch(checkpoint)
         if logged is None or committed is None or committed <= logged:
             return []
         missed = list(range(logged + 1, committed + 1))
-        totals[query]["unlogged_batches"] = totals[query].get(
-            "unlogged_batches", 0
-        ) + len(missed)
-        totals[query]["last_batch"] = committed
+        entry = totals[query]
+        entry["unlogged_batches"] = entry.get("unlogged_batches", 0) + len(missed)
+        entry["last_batch"] = committed
         self._write_json(self.path / TOTALS_FILE, totals)
         return missed
 
@@ -204,8 +191,7 @@ def batch_record(
     counts: dict[str, int],
     expectations: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The log's record of one progress report, with the counts the log shows
-    and the records each expectation caught (those that caught any)."""
+    """The log's record of one progress report."""
     return {
         "query": query,
         "batch": report["batchId"],
@@ -258,8 +244,7 @@ SETTING_NAMES = (
 
 def streaming_settings(config_loader: Any) -> dict[str, Any]:
     """``streaming.yml`` of the run's environment, and the run's ``--params``
-    for each setting it does not set (a project without the file takes
-    ``--params trigger=available_now`` all the same)."""
+    for each setting it does not set."""
     try:
         settings = dict(config_loader["streaming"])
     except MissingConfigException:

@@ -1,10 +1,5 @@
-"""A stateful query's state, operator by operator, from Spark's progress report.
-
-Spark reports each stateful operator of a micro-batch (``stateOperators``):
-an aggregation's ``stateStoreSave``, ``dedupeWithinWatermark``,
-``symmetricHashJoin``, ``transformWithStateExec``... Its figures here keep
-Spark's meaning, under names that say what they count.
-"""
+"""A stateful query's state, operator by operator, from Spark's progress
+report (``stateOperators``), under names that say what they count."""
 
 from __future__ import annotations
 
@@ -22,27 +17,11 @@ _TTL_REMOVED = ("numValuesRemovedDueToTTLExpiry",)
 
 @dataclass(frozen=True)
 class StateOperator:
-    """One stateful operator after one micro-batch.
-
-    Attributes:
-        name: Spark's ``operatorName``; ``#2``, ``#3``... for the second and
-            later of the same name in one query.
-        rows: Rows in its state after the batch (``numRowsTotal``).
-        memory_bytes: Memory its state store reports (``memoryUsedBytes``):
-            the JVM heap for Spark's default store, RocksDB's native memory
-            (block cache and write buffers) for RocksDB.
-        rows_removed: Rows the batch took out of its state: closed windows,
-            keys and join rows the watermark passed, values a
-            ``transformWithState`` processor cleared or whose time to live ran out
-            (``numRowsRemoved``).
-        late_rows_dropped: Rows that reached it after the watermark passed
-            them (``numRowsDroppedByWatermark``).
-        timers_set: ``transformWithState`` timers the batch registered;
-            ``None`` for other operators.
-        timers_removed: ``transformWithState`` timers that fired or that the
-            processor deleted in the batch; ``None`` for other operators.
-        ttl_values_removed: ``transformWithState`` values removed because
-            their time to live ran out; ``None`` for other operators.
+    """One stateful operator after one micro-batch: Spark's ``operatorName``
+    (``#2``... for a second of one name), ``numRowsTotal``,
+    ``memoryUsedBytes`` (RocksDB: native memory), ``numRowsRemoved``,
+    ``numRowsDroppedByWatermark``; and, ``transformWithState``'s only, its
+    timers set and fired or deleted, and values whose time to live ran out.
 
     Example:
         >>> state_operators({"stateOperators": [

@@ -1,18 +1,11 @@
 """Spark's warning for a timer deleted twice: one line a run, not one a timer.
 
-Spark deletes a Python ``StatefulProcessor``'s timer once its
-``handleExpiredTimer`` returns. A processor that deletes that timer itself
-as it fires (``for t in handle.listTimers(): handle.deleteTimer(t)`` while
-it clears its state) has Spark's own delete find nothing, and Spark's
-``TimerStateImpl`` logs a warning, through log4j, for every timer that fires:
-``WARN TimerStateImpl: Failed to delete timer for key=[o17] and
-timestamp=1709289300000 ms since it does not exist``, about 2,800 lines for
-a run of the alerts that issue 67 needed. Nothing is wrong: the timer is
-gone either way. While a run's queries run, those warnings are counted in
-the driver's JVM instead of printed (a log4j logger of their own for that
-class: its other lines are printed as before), and the run says once what
-they were. The driver's JVM only: on a cluster, each executor's log keeps
-Spark's lines (a local run's executor is the driver's JVM).
+A ``StatefulProcessor`` that deletes the timer firing in
+``handleExpiredTimer`` has Spark's own delete after it find nothing, and
+Spark's ``TimerStateImpl`` warn for every timer (2,800 lines for one run).
+While a run's queries run, the driver's JVM counts those warnings instead of
+printing them (on a cluster, executors' logs keep theirs), and the run says
+once what they were.
 """
 
 from __future__ import annotations
@@ -37,11 +30,7 @@ logger = logging.getLogger("kedro_streaming.queries")
 
 
 class DeletedTimerWarnings:
-    """Spark's warnings for a missing timer deleted, counted for one run.
-
-    ``count_deleted_timer_warnings`` starts counting; ``say_once`` logs one
-    line the first time there are some; ``stop`` has Spark print them again.
-    """
+    """Spark's warnings for a missing timer deleted, counted for one run."""
 
     def __init__(self, jvm: Any) -> None:
         self._jvm = jvm
@@ -122,9 +111,8 @@ class DeletedTimerWarnings:
 
 
 def count_deleted_timer_warnings(spark: Any) -> DeletedTimerWarnings | None:
-    """Counts Spark's warnings for a missing timer deleted, in the JVM of the
-    run's session, until ``stop``; ``None`` over Spark Connect (the
-    server's log has them)."""
+    """Counts those warnings in the session's JVM until ``stop``; ``None``
+    over Spark Connect."""
     jvm = jvm_of(spark)
     if jvm is None:
         return None

@@ -161,9 +161,7 @@ class StreamingQueryHooks:
         # Every query built and checked before the first starts, as `validate`
         # does: a node's mistake fails the run before anything is written.
         planning = time.monotonic()
-        plans = check_plans(
-            spark, run.catalog, run.pipeline, run.sinks, bounded=run.bounded
-        )
+        plans = check_plans(spark, run)
         check_constants(spark, run.catalog, run.pipeline, plans)
         planning = time.monotonic() - planning
         register_avro_values(run.catalog, run.pipeline, run.sinks, plans)

@@ -32,39 +32,25 @@ logger = logging.getLogger("kedro_streaming.session")
 # spark-submit's report of what `spark.jars.packages` resolved: from its first
 # line to the line that says how many jars it copied.
 _IVY_REPORT_FIRST = (":: loading settings ::", "Ivy Default Cache set to:")
-
-
 _IVY_REPORT_LAST = b"artifacts copied"
-
-
 # The classes Spark's JVM loads, archived by the JVM itself (class-data
 # sharing) when the first run ends and mapped by every later start: the
-# session starts about 2 s sooner, and plans and runs its first queries
-# faster. One archive per Java and PySpark installation (100 to 200 MB).
-# Delete the folder to archive again; -Xshare:off in
-# spark.driver.extraJavaOptions goes without.
+# session starts about 2 s sooner. One archive (100 to 200 MB) per Java and
+# PySpark installation; -Xshare:off in spark.driver.extraJavaOptions goes without.
 CLASS_ARCHIVES = CACHE / "spark-class-archives"
-
-
 # Options by which spark.yml already decides on class-data sharing.
 _SHARING_OPTIONS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")
-
-
 # The JVM reports on each class it could not archive; nothing to act on.
 _SHARING_QUIET = "-Xlog:cds*=off"
-
-
-# The JVM option naming the JIT's directives file (conf/kafka/spark.yml), and
-# the one without which the JVM refuses it.
+# The JVM option naming the JIT's directives file, and the one without which
+# the JVM refuses it.
 _DIRECTIVES = "-XX:CompilerDirectivesFile="
 _DIAGNOSTIC = "-XX:+UnlockDiagnosticVMOptions"
 
 
 def with_project_files(conf: dict[str, str], project: Path) -> dict[str, str]:
-    """``conf`` with the JIT directives file that the driver's options name
-    (``-XX:CompilerDirectivesFile=conf/kafka/jit-directives.json`` in
-    ``spark.yml``) made absolute: relative to the project's folder, as the
-    catalog's paths are, whatever folder `kedro run` runs in.
+    """``conf`` with the JIT directives file the driver's options name made
+    absolute: a relative path is the project's, as the catalog's are.
 
     Example:
         >>> import tempfile
@@ -76,10 +62,6 @@ def with_project_files(conf: dict[str, str], project: Path) -> dict[str, str]:
         ...     f"-XX:+UnlockDiagnosticVMOptions -XX:CompilerDirectivesFile={project}/jit.json"
         ... )
         True
-
-    Raises:
-        StreamingConfigError: The file is not there, or the JVM would refuse
-            the option (it is a diagnostic one).
     """
     key = "spark.driver.extraJavaOptions"
     options = java_options(conf.get(key, ""))
@@ -109,8 +91,8 @@ def with_project_files(conf: dict[str, str], project: Path) -> dict[str, str]:
 
 
 def java_options(options: str) -> list[str]:
-    """The JVM options of a ``spark.driver.extraJavaOptions`` value, split as
-    Spark's launcher splits them (bash's quotes and escapes).
+    """The JVM options of ``spark.driver.extraJavaOptions``, split as Spark's
+    launcher splits them (bash's quotes and escapes).
 
     Example:
         >>> java_options("-Xss4m -Dname='My Streams' -Dother=\\"a b\\"")
@@ -169,8 +151,7 @@ def records_class_archive(conf: dict[str, str]) -> bool:
 
 def class_archive(conf: dict[str, str]) -> Path | None:
     """Where the archive of Spark's classes for this Java and PySpark is, or
-    ``None`` where it is not used: ``spark.yml`` decides on class-data sharing
-    itself, or the JVM could not read the path from its options."""
+    ``None`` where it is not used."""
     options = conf.get("spark.driver.extraJavaOptions", "")
     if os.name != "posix" or any(option in options for option in _SHARING_OPTIONS):
         return None
@@ -217,8 +198,7 @@ def _record_installation(archive: Path) -> None:
 
 
 def _prune_class_archives() -> None:
-    """Deletes the archives (100 to 200 MB each) of the Java or Spark
-    installations that are gone, such as a deleted virtualenv's PySpark."""
+    """Deletes the archives of Java or Spark installations that are gone."""
     for record in CLASS_ARCHIVES.glob("*.json"):
         try:
             paths = json.loads(record.read_text()).values()
@@ -238,8 +218,8 @@ def with_java_options(conf: dict[str, str], option: str) -> dict[str, str]:
 
 
 def _claim_recording(archive: Path) -> Path | None:
-    """The path this run's JVM records the archive to, or ``None`` when a
-    running process already records it (or nothing can be written)."""
+    """The path this run's JVM records the archive to, or ``None`` when
+    another process records it (or nothing can be written)."""
     claim = archive.with_suffix(".recording")
     try:
         archive.parent.mkdir(parents=True, exist_ok=True)
@@ -266,9 +246,7 @@ def _claim_recording(archive: Path) -> Path | None:
 def _is_running(pid: str) -> bool:
     try:
         os.kill(int(pid), 0)
-    except ValueError:  # the claim is being written
-        return True
-    except PermissionError:  # another user's process
+    except (ValueError, PermissionError):  # being written; another user's
         return True
     except OSError:
         return False
@@ -299,15 +277,9 @@ def _keep_class_archive(jvm: subprocess.Popen, recording: Path, archive: Path) -
 
 
 def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
-    """Starts Spark's JVM, keeping the dependency report off the console.
-
-    spark-submit prints Ivy's report for ``spark.jars.packages`` at every start
-    and has no setting against it. The JVM's output goes through threads that
-    drop the report once the resolution has succeeded (and show it if not,
-    since it then says why), the JIT's count of the directives it read
-    (``-XX:CompilerDirectivesFile``) and Java's note on the incubator module
-    Spark uses; every other line is passed on.
-    """
+    """Starts Spark's JVM, its output through threads that drop Ivy's report
+    of ``spark.jars.packages`` (unless the resolution failed) and the JVM's
+    notes at start (``_JVM_START_NOTES``)."""
     pipes = {target: os.pipe() for target in (1, 2)}
     for target, (read_end, _) in pipes.items():
         threading.Thread(
@@ -319,11 +291,9 @@ def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
     try:
         gateway = launch_gateway(
             SparkConf(loadDefaults=False).setAll(list(conf.items())),
-            # In a process group of its own: systemd, `kill -- -PGID` and other
-            # supervisors signal a whole group, and SIGTERM or SIGHUP would end
-            # the JVM (and its Python workers) under the queries this process
-            # is stopping cleanly. The JVM still ends with this process: it
-            # exits when its stdin closes.
+            # In a process group of its own: a supervisor's SIGTERM to the
+            # group would end the JVM under the queries this process is
+            # stopping cleanly. It still exits when its stdin closes.
             popen_kwargs={
                 "stdout": pipes[1][1],
                 "stderr": pipes[2][1],

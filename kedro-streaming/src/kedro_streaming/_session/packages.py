@@ -28,20 +28,15 @@ logger = logging.getLogger("kedro_streaming.session")
 # Where runs keep what they may reuse: resolved packages, class archives.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
-# Spark's own packages, released with each Spark version: the Kafka connector
-# and Avro support.
+# Spark's own packages, released with each Spark version.
 _SPARK_PACKAGE = re.compile(
     r"org\.apache\.spark:(?P<artifact>spark-sql-kafka-0-10|spark-avro)"
     r"_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
 )
-
-
 _PACKAGE_NAMES = {"spark-sql-kafka-0-10": "the Kafka connector", "spark-avro": "Avro"}
-
-
+# The jars `spark.jars.packages` resolved to, remembered per set of packages
+# so that later starts skip Ivy (about 0.5 s at every `kedro run`).
 RESOLVED_PACKAGES = CACHE / "spark-packages"
-
-
 # What decides what the packages resolve to.
 _RESOLUTION_SETTINGS = (
     "spark.jars.packages",
@@ -50,8 +45,6 @@ _RESOLUTION_SETTINGS = (
     "spark.jars.ivy",
     "spark.jars.ivySettings",
 )
-
-
 # Versions that may resolve to other jars tomorrow: always resolved.
 _MOVING_VERSION = re.compile(r"SNAPSHOT|latest\.|[\[\]()+]")
 
@@ -89,9 +82,8 @@ def remember_resolution(conf: dict[str, str], jars: str) -> None:
 
 
 def _resolution_record(conf: dict[str, str]) -> Path | None:
-    """Where the jars of ``conf``'s packages are remembered; ``None`` when
-    there is nothing to remember: no packages, versions that move, or jars
-    of the user's own beside them."""
+    """Where the jars of ``conf``'s packages are remembered; ``None`` for no
+    packages, versions that move, or jars of the user's own beside them."""
     packages = conf.get("spark.jars.packages", "").strip()
     if not packages or _MOVING_VERSION.search(packages) or conf.get("spark.jars"):
         return None
@@ -102,8 +94,7 @@ def _resolution_record(conf: dict[str, str]) -> Path | None:
 
 def send_package(spark: SparkSession, name: str) -> None:
     """Sends one package as a zip: the archive it was imported from
-    (``spark-submit --py-files``, which Spark itself puts on the driver's path
-    only), else its folder zipped."""
+    (``spark-submit --py-files``), else its folder zipped."""
     package = importlib.import_module(name)
     folder = Path(tempfile.mkdtemp(prefix="project-code-"))
     # Executors fetch it from here as long as the session lives (those that
@@ -132,14 +123,9 @@ def check_kafka_connector(
     scala_version: str | None,
     fix: str | None = None,
 ) -> None:
-    """Fails unless Spark's packages among ``packages`` (the Kafka connector,
-    Avro) fit this Spark.
-
-    Args:
-        packages: The value of ``spark.jars.packages``.
-        spark_version: The version of the Spark that runs.
-        scala_version: Its Scala binary version, if known.
-        fix: Where to set the right connector; by default ``spark.yml``.
+    """Fails unless Spark's packages (the Kafka connector, Avro) among
+    ``spark.jars.packages`` fit the running Spark; ``fix`` says where to set
+    the right one (default: ``spark.yml``).
 
     Example:
         >>> from kedro_streaming import check_kafka_connector
@@ -186,7 +172,3 @@ def local_scala_version() -> str | None:
         if found:
             return found[1]
     return None
-
-
-# The jars `spark.jars.packages` resolved to, remembered per set of packages
-# so that later starts skip Ivy (about 0.5 s at every `kedro run`, with every

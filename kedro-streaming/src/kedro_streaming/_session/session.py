@@ -1,11 +1,6 @@
-"""The SparkSession of a project, built from ``spark.yml`` when first needed.
-
-Kedro commands that only read configuration (``kedro catalog``, ``kedro viz``,
-``kedro registry``) never start a JVM: the session starts when a pipeline
-runs, or when a dataset of this package first loads or saves. ``kedro run``
-starts its JVM as soon as its configuration is read, while Kedro builds the
-run's catalog and pipelines.
-"""
+"""The SparkSession of a project, built from ``spark.yml`` when first needed:
+commands that only read configuration (``kedro catalog``, ``kedro viz``)
+never start a JVM; ``kedro run`` starts it while Kedro builds the run."""
 
 from __future__ import annotations
 
@@ -37,12 +32,9 @@ from kedro_streaming._session.packages import (
     send_package,
     without_resolution,
 )
-from kedro_streaming._session.settings import (
-    check_setting_classes,
-    check_spark_settings,
-)
-from kedro_streaming._spark import gateway_started, jvm_of
+from kedro_streaming._spark import class_loads, gateway_started, jvm_of
 from kedro_streaming.errors import StreamingConfigError
+from kedro_streaming.problems import TYPO, did_you_mean
 
 _settings: dict[str, str] = {}
 # Where a local Spark's UI listens (SPARK_LOCAL_IP, which Spark's UI reads).
@@ -52,6 +44,8 @@ _ui_address: list[str] = []
 _refused: list[StreamingConfigError] = []
 # Named as before 0.7.0: projects' logging.yml may set its level.
 logger = logging.getLogger("kedro_streaming.session")
+# The checks' logger, as named before 0.7.0.
+_checks_logger = logging.getLogger("kedro_streaming.checks")
 # The JVM of a `kedro run`, started while Kedro builds the run's catalog and
 # pipelines (a second of Python, importing pandas among others): the thread
 # that starts it, and what that returned or raised.
@@ -63,18 +57,10 @@ def configure_spark(
     streaming: dict[str, object] | None = None,
     project: Path | None = None,
 ) -> None:
-    """Sets what the session is built from, without starting it.
-
-    The Kafka connector and the Delta package in ``spark.jars.packages`` are
-    checked against the installed PySpark here, so a mismatch fails before
-    Spark downloads them.
-
-    Args:
-        settings: ``spark.yml``.
-        streaming: ``streaming.yml`` and ``--params``: ``spark_ui_port`` and
-            ``spark_ui_address`` set the UI's for one run.
-        project: The project's folder, which relative paths in the JVM's
-            options are in (default: the working directory).
+    """Sets what the session is built from (``spark.yml``; ``streaming``'s
+    ``spark_ui_*``), without starting it; a package that does not fit the
+    installed PySpark fails here, before Spark downloads it. Relative paths
+    in the JVM's options are in ``project`` (default: the working directory).
     """
     conf = {key: str(value) for key, value in settings.items() if value is not None}
     conf = with_project_files(conf, project or Path.cwd())
@@ -88,12 +74,9 @@ def configure_spark(
     )
     _ui_address[:] = [str(streaming.get("spark_ui_address", "127.0.0.1") or "")]
     if not conf.get("spark.remote"):  # a Connect server brings its own packages
+        packages, scala = conf.get("spark.jars.packages", ""), local_scala_version()
         for check in (check_kafka_connector, check_delta_package):
-            check(
-                conf.get("spark.jars.packages", ""),
-                pyspark.__version__,
-                local_scala_version(),
-            )
+            check(packages, pyspark.__version__, scala)
     _settings.clear()
     _settings.update(conf)
 
@@ -194,11 +177,9 @@ def _launch_jvm(conf: dict[str, str]) -> bool:
 
 
 def start_jvm_ahead() -> None:
-    """Starts the JVM of a local session in the background, for the session
-    that ``spark_session`` builds on it later: a pipeline run needs one, and
-    Kedro has its catalog and pipelines to build first. Not when this run
-    records the archive of Spark's classes (a run that fails its checks would
-    then wait for it), nor for Spark Connect."""
+    """Starts a local session's JVM in the background while Kedro builds the
+    run; not when this run records the archive of Spark's classes (a run that
+    fails its checks would wait for it), nor for Spark Connect."""
     conf = dict(_settings)
     if _refused or _ahead or gateway_started() or conf.get("spark.remote"):
         return
@@ -218,8 +199,7 @@ def start_jvm_ahead() -> None:
 
 
 def _running_a_pipeline() -> bool:
-    """Whether this process is a ``kedro run`` (Kedro's command, or any
-    named ``run``); ``kedro catalog``, ``viz`` and ``ipython`` start no JVM."""
+    """Whether this process is a ``kedro run`` (a command named ``run``)."""
     command = click.get_current_context(silent=True)
     return command is not None and command.info_name == "run"
 
@@ -246,8 +226,7 @@ def _quiet_local_logs(spark: SparkSession) -> None:
 
 def ui_port_moved(asked: str, url: str) -> str | None:
     """What to say when Spark's UI is not on the port asked for (``asked``:
-    spark.ui.port, empty for Spark's 4040): Spark takes the next free one
-    when it is taken, by another run's UI or another program."""
+    spark.ui.port, empty for 4040), Spark having taken the next free one."""
     wanted = int(asked) if str(asked).strip().isdigit() else 4040
     got = url.rstrip("/").rpartition(":")[2]
     if wanted == 0 or not got.isdigit() or int(got) == wanted:
@@ -261,11 +240,9 @@ def ui_port_moved(asked: str, url: str) -> str | None:
 
 
 def _python_workers_like_this_one(conf: dict[str, str]) -> None:
-    """Has a local Spark's Python workers (UDFs, ``transformWithState``) run
-    this process's Python: PySpark takes PYSPARK_PYTHON, else ``python3``
-    from PATH, which is not the project's virtualenv when ``kedro`` runs by
-    its path, unactivated. Set for the session's life, as SPARK_REMOTE is; a
-    cluster's executors keep their own (``spark.pyspark.python``)."""
+    """Has a local Spark's Python workers run this process's Python, not
+    ``python3`` from PATH (not the virtualenv when ``kedro`` runs by its
+    path, unactivated)."""
     local = conf.get("spark.master", "local").startswith("local")
     chosen = "spark.pyspark.python" in conf or os.environ.get("PYSPARK_PYTHON")
     if local and not chosen:
@@ -273,20 +250,15 @@ def _python_workers_like_this_one(conf: dict[str, str]) -> None:
 
 
 def _set_ui_address(conf: dict[str, str]) -> None:
-    """Has a local Spark's UI listen on ``spark_ui_address`` (Spark binds
-    it to SPARK_LOCAL_IP, else every interface). Not on a cluster, whose
-    executors must reach the driver at the address it binds."""
+    """Has a local Spark's UI listen on ``spark_ui_address`` (Spark binds it
+    to SPARK_LOCAL_IP, which a cluster's executors need to reach)."""
     address = _ui_address[0] if _ui_address else ""
     if address and conf.get("spark.master", "local").startswith("local"):
         os.environ["SPARK_LOCAL_IP"] = address
 
 
 def spark_location(spark: SparkSession) -> str | None:
-    """Where Spark runs, or ``None`` when it runs in this process (``local``).
-
-    On a cluster or a Spark Connect server, a relative path means another
-    machine's folder, or another process's.
-    """
+    """Where Spark runs, or ``None`` when it runs in this process (``local``)."""
     if is_remote():
         return f"the Spark Connect server {os.environ.get('SPARK_REMOTE', '')}"
     master = spark.sparkContext.master
@@ -296,11 +268,8 @@ def spark_location(spark: SparkSession) -> str | None:
 def _log_settings_the_server_keeps(
     spark: SparkSession, conf: dict[str, str], remote: str
 ) -> None:
-    """Says which ``spark.yml`` settings a Spark Connect server did not take.
-
-    A client sets only the SQL settings of its session; the rest (memory, jars,
-    UI...) are the server's, set when it starts.
-    """
+    """Says which ``spark.yml`` settings a Spark Connect server did not take
+    (a client sets only its session's SQL settings)."""
     kept = sorted(
         key for key, value in conf.items() if spark.conf.get(key, None) != value
     )
@@ -315,17 +284,67 @@ def _log_settings_the_server_keeps(
 
 
 def _send_project_code(spark: SparkSession) -> None:
-    """Sends the project's package, and this runtime, to the executors, for
-    the Python functions they run (UDFs, and what pickles refer to).
-
-    Executors on other machines (or a Connect server) have neither this
-    process's source folder nor its site-packages.
-    """
+    """Sends the project's package, and this runtime, to the executors, which
+    have neither this process's source folder nor its site-packages."""
     if not kedro_project.PACKAGE_NAME:  # not in a Kedro project, e.g. a notebook
         return
     runtime = __package__.partition(".")[0]  # kedro_streaming, not this room
     for name in (kedro_project.PACKAGE_NAME, runtime):
         send_package(spark, name)
+
+
+def check_spark_settings(spark: SparkSession, conf: dict[str, str]) -> None:
+    """Warns about a ``spark.yml`` key that Spark does not read but is close to
+    one it does: Spark keeps any key, and plugins (Delta) read keys of their own."""
+    jvm = jvm_of(spark)
+    if jvm is None:
+        return
+    try:
+        entries = jvm.java.lang.Class.forName(
+            "org.apache.spark.internal.config.ConfigEntry$"
+        )
+        field = entries.getDeclaredField("knownConfigs")
+        field.setAccessible(True)
+        known = set(field.get(entries.getField("MODULE$").get(None)).keySet())
+    except Exception as error:  # noqa: BLE001 (another Spark's internals)
+        _checks_logger.debug("spark.yml's keys not checked: %s", error)
+        return
+    for key in sorted(conf):
+        if key in known or not key.startswith("spark."):
+            continue
+        fix = did_you_mean(key, known, cutoff=TYPO)
+        if fix:
+            _checks_logger.warning(
+                "spark.yml sets `%s`, which Spark does not read: %s", key, fix
+            )
+
+
+# spark.yml settings that name a JVM class: Spark loads it only when a query
+# starts, and a name this Spark lacks fails there, as a stack trace.
+CLASS_SETTINGS = (
+    "spark.sql.streaming.checkpointFileManagerClass",
+    "spark.sql.streaming.stateStore.providerClass",
+)
+
+
+def check_setting_classes(spark: SparkSession, conf: dict[str, str]) -> None:
+    """Fails unless each class ``spark.yml`` names (``CLASS_SETTINGS``)
+    loads in this Spark."""
+    jvm = jvm_of(spark)
+    missing = [
+        f"  - {key}: {conf[key]}"
+        for key in CLASS_SETTINGS
+        if key in conf and jvm is not None and not class_loads(spark, conf[key])
+    ]
+    if missing:
+        raise StreamingConfigError(
+            f"spark.yml names classes that Spark {spark.version} does not have:\n"
+            + "\n".join(missing)
+            + "\nFix: name the class as this Spark line has it (its checkpoint file "
+            "managers are in org.apache.spark.sql.execution.streaming up to 4.0, "
+            "in its checkpointing package from 4.1), or drop the line for "
+            "Spark's default."
+        )
 
 
 class SparkHooks:

@@ -1,7 +1,3 @@
-"""Development services for a streaming project, on this machine and without
-Docker: a Kafka broker (``broker``), a schema registry (``registry``), a Spark
-standalone cluster and a Spark Connect server (``spark``), spark-submit of a
-packaged project, and messages to and from a topic (``kafka``). Their commands
-(``cli``) are ``kedro streams broker|registry|cluster|connect|submit|send|watch``.
-They need the ``[dev]`` extra: ``pip install "kedro-streaming[dev]"``.
-"""
+"""Development services on this machine, without Docker: a Kafka broker, a
+schema registry, a Spark cluster and Connect server, and messages to and from
+a topic (``kedro streams ...``; ``pip install "kedro-streaming[dev]"``)."""

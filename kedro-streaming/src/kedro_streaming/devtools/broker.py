@@ -1,21 +1,7 @@
-"""A real single-node Apache Kafka broker (KRaft mode) on this machine, without Docker.
-
-The broker is Apache Kafka itself: its jars are resolved from Maven Central with
-Maven (``mvn``) into a cache once (:mod:`.broker_jars`), then started with
-``java`` (:class:`LocalKafka`, :mod:`.broker_config`). Like a compose volume,
-``data/kafka-broker/`` keeps its topics across restarts::
-
-    kedro streams broker start    # on the port of conf/kafka/globals.yml
-    kedro streams broker status
-    kedro streams broker stop     # the data stays
-    kedro streams broker reset    # deletes the data
-
-This module holds those commands' broker: detached, and recorded in
-``<data_dir>/broker.json`` for the next command. From Python::
-
-    with LocalKafka() as kafka:
-        print(kafka.bootstrap_servers)  # "127.0.0.1:PORT"
-"""
+"""The broker of ``kedro streams broker start|status|stop|reset``: Apache Kafka
+itself (KRaft mode) without Docker, detached, and recorded in
+``<data_dir>/broker.json`` for the next command; its data folder keeps its
+topics across restarts, as a compose volume."""
 
 from __future__ import annotations
 
@@ -30,7 +16,6 @@ from pathlib import Path
 
 from kafka.errors import KafkaError
 
-from kedro_streaming.devtools.broker_admin import create_scram_users, probe
 from kedro_streaming.devtools.broker_config import write_jaas_file
 from kedro_streaming.devtools.broker_jars import (
     KAFKA_VERSION,
@@ -39,7 +24,7 @@ from kedro_streaming.devtools.broker_jars import (
     resolve_classpath,
     run_maven,
 )
-from kedro_streaming.devtools.local_kafka import LocalKafka
+from kedro_streaming.devtools.local_kafka import LocalKafka, create_scram_users, probe
 from kedro_streaming.devtools.processes import (
     HOST,
     free_ports,
@@ -88,11 +73,8 @@ def running_plain_listener(data_dir: Path) -> str:
 
 
 def _state_is_ours(state: dict) -> bool:
-    """True if the recorded pid still runs the broker we started.
-
-    Comparing the command line protects against pid reuse after a reboot or
-    after the broker died on its own.
-    """
+    """True if the recorded pid still runs the broker we started (its command
+    line says so: a pid may be reused)."""
     pid = state.get("pid")
     if not isinstance(pid, int) or not pid_alive(pid):
         return False
@@ -120,12 +102,9 @@ def start(
     tls_ports: Mapping[str, int] | None = None,
     port_origin: str = "--port",
 ) -> int:
-    """Starts a detached broker on ``data_dir`` unless it runs; prints its address.
-
-    With ``tls_ports`` (``{"SSL": 9093, "MTLS": 9094, "SASL_SSL": 9095}``, 0
-    for any free port), it has TLS listeners too. ``port_origin`` says where
-    ``port`` was read, for the message when it is taken.
-    """
+    """Starts a detached broker on ``data_dir`` unless it runs; prints its
+    address. ``tls_ports`` (``{"SSL": 9093, ...}``, 0: a free one) adds TLS
+    listeners; ``port_origin`` says where ``port`` was read."""
     with _locked(data_dir):
         state = read_state(data_dir, STATE_FILE)
         if state and _state_is_ours(state):
@@ -133,8 +112,6 @@ def start(
             say(state["bootstrap_servers"])
             return 0
         if port and not port_is_free(port):
-            # Most likely another broker (Docker's?) on the same port: say so
-            # rather than start a second one that clients would not reach.
             raise BrokerError(port_taken(port, port_origin))
         kafka = LocalKafka(
             port=port or None,
@@ -170,8 +147,7 @@ def start(
 
 
 def port_taken(port: int, origin: str) -> str:
-    """Why a broker cannot start on ``port`` (read from ``origin``), what
-    has it, and what to do."""
+    """Why a broker cannot start on ``port`` (from ``origin``), and what to do."""
     elsewhere = (
         "start this one on another port: `kedro streams broker start --port "
         "<port>` (--port 0: a free one), then set kafka.bootstrap_servers in "
@@ -206,8 +182,7 @@ def _state(kafka: LocalKafka) -> dict:
 
 
 def listener_lines(kafka: LocalKafka) -> list[str]:
-    """Which port serves what: a line per listener, with the
-    ``security_protocol`` (and logins) a client of it sets."""
+    """A line per listener: its address and what a client of it sets."""
     logins = "PLAIN and SCRAM-SHA-512 logins"
     lines = [f"PLAINTEXT listener: {kafka.bootstrap_servers} (no TLS, no login)"]
     if kafka.sasl_bootstrap_servers:

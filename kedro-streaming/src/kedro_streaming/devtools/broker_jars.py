@@ -1,11 +1,6 @@
-"""Apache Kafka's jars, resolved from Maven Central with Maven (``mvn``)
-into a cache once per version, and the Java command line that runs them.
-
-Environment variables:
-    KAFKA_LOCAL_HOME: Root of the jar cache (default ``~/.cache/kafka-local``).
-    KAFKA_LOCAL_MVN: Maven executable to use (default ``mvn`` on ``PATH``).
-    JAVA_HOME: If set, ``$JAVA_HOME/bin/java`` is used instead of ``java``.
-"""
+"""Apache Kafka's jars, resolved from Maven Central with Maven (``mvn``, or
+``$KAFKA_LOCAL_MVN``) into a cache once per version (``$KAFKA_LOCAL_HOME``),
+and the Java command line that runs them."""
 
 from __future__ import annotations
 
@@ -22,15 +17,12 @@ KAFKA_VERSION = "4.3.1"
 
 SCALA_BINARY_VERSION = "2.13"
 
-# Kafka's published POMs declare slf4j-api 1.7.x and log4j-core but no slf4j
-# binding, so on a plain Maven classpath the broker silently falls back to slf4j's
-# no-operation logger ("Failed to load class org.slf4j.impl.StaticLoggerBinder").
-# The binary distribution ships slf4j 2.x plus log4j-slf4j2-impl; we add the same
-# combination.  log4j-api/core are pinned too so all log4j2 jars share a version.
+# Kafka's POMs declare no slf4j binding, so on a plain Maven classpath the
+# broker would log nothing: as its binary distribution, slf4j 2.x and
+# log4j-slf4j2-impl, all log4j2 jars of one version.
 LOG4J_VERSION = "2.25.4"
 SLF4J_VERSION = "2.0.17"
-# Maven 3.8's built-in default for this plugin is 2.8 (2013); pin a modern one so
-# that resolution behaves the same on every machine.
+# Maven 3.8's default for this plugin is 2.8 (2013): the same on every machine.
 DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.-]*$")
@@ -41,7 +33,7 @@ class BrokerError(RuntimeError):
 
 
 def cache_root() -> Path:
-    """Returns the root of the jar cache (``$KAFKA_LOCAL_HOME`` or ``~/.cache/kafka-local``)."""
+    """The root of the jar cache (``$KAFKA_LOCAL_HOME`` or ``~/.cache/kafka-local``)."""
     env = os.environ.get("KAFKA_LOCAL_HOME")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "kafka-local"
 
@@ -85,23 +77,9 @@ def _pom_xml(version: str) -> str:
 
 
 def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) -> Path:
-    """Resolves the broker's runtime jars with Maven, once per version.
-
-    The jars are copied to ``<cache_root>/<version>/libs``.  A marker file holding
-    the POM's hash makes later calls return immediately; a POM change (e.g. new
-    logging pins) triggers a fresh resolution.  A file lock makes concurrent
-    callers (parallel test workers) wait for one resolution instead of racing.
-
-    Args:
-        version: ``org.apache.kafka:kafka_2.13`` version.
-        timeout: Seconds allowed for the ``mvn`` run.
-
-    Returns:
-        The ``libs`` directory, suitable for ``java -cp <libs>/*``.
-
-    Raises:
-        BrokerError: ``mvn`` is missing or resolution failed.
-    """
+    """The broker's runtime jars' folder (``<cache_root>/<version>/libs``),
+    resolved with Maven once per version and POM (its hash in a marker file),
+    under a file lock: concurrent callers wait for one resolution."""
     if not _VERSION_RE.match(version):  # it becomes a path and goes into XML
         raise BrokerError(f"invalid Kafka version {version!r}")
     home = cache_root() / version
@@ -117,8 +95,7 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
             return libs
 
         (home / "pom.xml").write_text(pom)
-        # Copy into a scratch dir and rename, so an interrupted run never leaves
-        # a half-filled libs/ that looks usable.
+        # Copied beside, then renamed: a half-filled libs/ is never used.
         staging = home / "libs.partial"
         shutil.rmtree(staging, ignore_errors=True)
         run_maven(
@@ -142,11 +119,7 @@ def resolve_classpath(version: str = KAFKA_VERSION, *, timeout: float = 1200) ->
 
 
 def run_maven(arguments: list[str], cwd: Path, what: str, *, timeout: float) -> None:
-    """Runs Maven (``$KAFKA_LOCAL_MVN`` or ``mvn``) to resolve ``what``.
-
-    Raises:
-        BrokerError: Maven is missing, fails or times out (with its output's end).
-    """
+    """Runs Maven (``$KAFKA_LOCAL_MVN`` or ``mvn``) to resolve ``what``."""
     mvn = os.environ.get("KAFKA_LOCAL_MVN") or shutil.which("mvn")
     if not mvn:
         raise BrokerError("Maven ('mvn') not found on PATH; set KAFKA_LOCAL_MVN.")

@@ -1,7 +1,5 @@
-"""A private certificate authority for the development broker's TLS listeners.
-
-Made once per broker data folder (``<data>/tls/``) and kept, so that clients
-configured with its files keep working across restarts::
+"""A private certificate authority for the development broker's TLS listeners,
+made once per broker data folder (``<data>/tls/``) and kept::
 
     ca.pem               the CA's certificate: the clients' trust store (PEM)
     truststore.p12       the same, as a PKCS12 trust store (Java's keytool)
@@ -11,8 +9,7 @@ configured with its files keep working across restarts::
     client.p12           the same, as a PKCS12 key store
     store-password       the password of the .p12 stores
 
-The keys are not encrypted in the .pem files: they are throwaway keys of a
-development CA, readable by their owner only.
+The .pem files' keys are not encrypted: throwaway, readable by their owner only.
 """
 
 from __future__ import annotations
@@ -28,6 +25,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from kedro_streaming.devtools.processes import write_private
 
 CLIENT_NAME = "kedro-streaming-client"
 """The client certificate's common name (``User:CN=...`` to the broker)."""
@@ -110,13 +109,9 @@ class CertificateAuthority:
         valid_from: datetime.datetime | None = None,
         valid_until: datetime.datetime | None = None,
     ):
-        """A new key and the certificate this CA signs for it.
-
-        Args:
-            hosts: DNS names and IP addresses the certificate names (a server's).
-            client: A client certificate (for mutual TLS) rather than a server's.
-            valid_from, valid_until: Its validity (default: yesterday, in a year).
-        """
+        """A new key and the certificate this CA signs for it: a server's for
+        ``hosts`` (names, IP addresses), or a ``client``'s, for mutual TLS;
+        valid from yesterday for a year unless told."""
         key = _key()
         now = datetime.datetime.now(datetime.timezone.utc)
         names = []
@@ -156,35 +151,26 @@ class CertificateAuthority:
         return _key_pem(key) + _cert_pem(certificate) + _cert_pem(self.certificate)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    path.write_bytes(b"")
-    path.chmod(0o600)
-    path.write_bytes(data)
-
-
 def ensure_tls_files(
     folder: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1")
 ) -> Path:
-    """Makes the CA and the broker's and a client's files in ``folder``, once.
-
-    Returns:
-        ``folder``.
-    """
+    """Makes the CA and the broker's and a client's files in ``folder``, once;
+    returns ``folder``."""
     if (folder / "client.p12").is_file():
         _broker_p12(folder)  # a folder made before broker.p12 existed
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     ca = CertificateAuthority.new()
-    _write_private(folder / "ca-key.pem", _key_pem(ca.key))
+    write_private(folder / "ca-key.pem", _key_pem(ca.key))
     (folder / "ca.pem").write_bytes(_cert_pem(ca.certificate))
     key, certificate = ca.issue("localhost", hosts=hosts)
-    _write_private(folder / "broker.pem", ca.key_and_chain_pem(key, certificate))
+    write_private(folder / "broker.pem", ca.key_and_chain_pem(key, certificate))
     key, certificate = ca.issue(CLIENT_NAME, client=True)
-    _write_private(folder / "client.pem", ca.key_and_chain_pem(key, certificate))
+    write_private(folder / "client.pem", ca.key_and_chain_pem(key, certificate))
     password = os.urandom(12).hex()
-    _write_private(folder / "store-password", password.encode())
-    _write_private(
+    write_private(folder / "store-password", password.encode())
+    write_private(
         folder / "client.p12",
         pkcs12.serialize_key_and_certificates(
             CLIENT_NAME.encode(),
@@ -201,14 +187,14 @@ def ensure_tls_files(
 
 def _broker_p12(folder: Path) -> None:
     """``broker.p12`` from ``broker.pem``, once: Kafka's Docker image takes a
-    key store with a password, which a PEM key store cannot have."""
+    key store with a password."""
     if (folder / "broker.p12").is_file():
         return
     pem = (folder / "broker.pem").read_bytes()
     key = serialization.load_pem_private_key(pem, None)
     certificate, *chain = x509.load_pem_x509_certificates(pem)
     password = (folder / "store-password").read_bytes()
-    _write_private(
+    write_private(
         folder / "broker.p12",
         pkcs12.serialize_key_and_certificates(
             b"broker",
@@ -221,8 +207,7 @@ def _broker_p12(folder: Path) -> None:
 
 
 def _java_trust_store(ca: Path, store: Path, password: str) -> None:
-    """A PKCS12 trust store Java reads (its CA entry marked trusted, which
-    only keytool does)."""
+    """A PKCS12 trust store Java reads (keytool marks its CA trusted)."""
     from kedro_streaming._connectors.kafka.stores import keytool  # noqa: PLC0415
 
     store.unlink(missing_ok=True)

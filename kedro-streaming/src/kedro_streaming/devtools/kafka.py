@@ -57,13 +57,10 @@ def ensure_topic(
     admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **security)
     try:
         if topic not in admin.list_topics():
-            admin.create_topics(
-                [
-                    NewTopic(
-                        topic, partitions, replication_factor=1, topic_configs=configs
-                    )
-                ]
+            new = NewTopic(
+                topic, partitions, replication_factor=1, topic_configs=configs
             )
+            admin.create_topics([new])
             sys.stderr.write(f"Created topic {topic} with {partitions} partitions.\n")
     except TopicAlreadyExistsError:
         pass
@@ -73,14 +70,13 @@ def ensure_topic(
 
 @dataclass
 class Delivery:
-    """What :func:`deliver` did: how many messages the brokers acknowledged,
-    and each one not sent, as ``(number, reason)``."""
+    """What :func:`deliver` did: messages acknowledged, and ``(number,
+    reason)`` of each one not sent."""
 
     acknowledged: int = 0
     failed: list[tuple[int, str]] = field(default_factory=list)
     stopped: int | None = None
-    """The message at which sending stopped, the producer failing (its
-    reason in ``failed``): those after it were not sent."""
+    """The message at which the producer failed: those after it were not sent."""
 
 
 def send(
@@ -89,11 +85,8 @@ def send(
     topic: str,
     **options,
 ) -> int:
-    """Sends messages to ``topic``; returns how many were acknowledged.
-
-    Takes :func:`deliver`'s options; raises ValueError, after sending the
-    others, naming each message (by its position, from 1) not sent.
-    """
+    """Sends messages to ``topic`` (:func:`deliver`'s options); returns how
+    many were acknowledged, or raises ValueError naming each one not sent."""
     delivery = deliver(enumerate(messages, 1), bootstrap_servers, topic, **options)
     problems = [f"message {number}: {reason}" for number, reason in delivery.failed]
     if delivery.stopped is not None:
@@ -122,26 +115,14 @@ def deliver(  # noqa: PLR0913 (the command's options)
     max_message_bytes: int | None = None,
     **security,
 ) -> Delivery:
-    """Sends messages to ``topic``: each is acknowledged, or named with why not.
+    """Sends ``(number, text)`` messages to ``topic`` (created with
+    ``partitions`` if missing): each is acknowledged, or named with why not.
 
-    A message the producer or the brokers refuse (too large, say) does not
-    stop the others; a failure of the producer itself (no broker answers)
-    stops it, and :attr:`Delivery.stopped` says so.
-
-    Args:
-        messages: ``(number, value)`` pairs: the number names the message
-            in a failure (a line number, say); the value is text (JSON lines).
-        bootstrap_servers: The broker list, ``host:port[,host:port]``.
-        topic: Created with ``partitions`` partitions if missing.
-        rate: Messages per second; 0 sends as fast as possible.
-        count: Stop after this many messages.
-        partitions: Partitions of a topic this call creates.
-        key: The key of each message, from its value (none: no key).
-        value: The bytes sent for each message (default: its UTF-8 text).
-        max_message_bytes: The largest message the producer sends (Kafka's
-            ``max.request.size``, 1 MiB by default), and the
-            ``max.message.bytes`` of a topic this call creates.
-        **security: kafka-python security settings.
+    A message refused (too large, say) does not stop the others; a failure of
+    the producer itself does (:attr:`Delivery.stopped`). ``rate`` is messages
+    per second (0: as fast as possible); ``key`` and ``value`` make a
+    message's key and bytes from its text; ``max_message_bytes`` is the
+    producer's ``max.request.size`` and a created topic's ``max.message.bytes``.
     """
     ensure_topic(bootstrap_servers, topic, partitions, max_message_bytes, **security)
     limit = max_message_bytes or MAX_REQUEST_SIZE
@@ -177,8 +158,7 @@ def deliver(  # noqa: PLR0913 (the command's options)
 
 
 def _send_each(producer, topic, messages, delivery, key, value, rate) -> list:  # noqa: PLR0913, PLR0917
-    """Hands each message to ``producer``; returns, for each, its number,
-    its size and its future (or the producer's refusal)."""
+    """Each message's number, size and future (or the producer's refusal)."""
     outcomes: list[tuple[int, int, Any]] = []
     started = time.monotonic()
     for number, line in messages:
@@ -236,8 +216,7 @@ def _refusal(
     limit: int,
     topic_limit: _TopicLimit | None = None,
 ) -> str:
-    """Why the producer (no ``topic_limit``) or the brokers did not take a
-    message, and what to change."""
+    """Why the producer (no ``topic_limit``) or the brokers refused a message."""
     sizes = f"{size} bytes (key and value), too large for"
     if isinstance(error, MessageSizeTooLargeError) and topic_limit is None:
         return (
@@ -259,11 +238,8 @@ def _refusal(
 
 
 def watch(bootstrap_servers: str, topic: str, idle_seconds: float, **security) -> int:
-    """Prints every message of ``topic`` from the start, as ``key<TAB>value``
-    text; returns how many.
-
-    Stops after ``idle_seconds`` without a new message (0: never).
-    """
+    """Prints every message of ``topic`` as ``key<TAB>value`` until
+    ``idle_seconds`` pass without one (0: never); returns how many."""
     seen = 0
     with _consumer(bootstrap_servers, topic, idle_seconds, **security) as messages:
         for message in messages:
@@ -282,16 +258,9 @@ def watch_avro(
     read: Callable[[bytes], Any],
     **security,
 ) -> tuple[int, int]:
-    """Prints every message of ``topic`` from the start as a JSON line:
-    ``topic``, ``partition``, ``offset``, ``timestamp`` (epoch milliseconds),
-    ``key`` and ``value``, each decoded by ``read``
-    (:func:`~kedro_streaming._connectors.avro.registry.avro_reader`; a key only when it
-    is framed, else its text). A message that does not decode is named on
-    stderr, with its offset and why.
-
-    Returns:
-        How many messages were printed, and how many did not decode.
-    """
+    """Prints every message of ``topic`` as a JSON line, its key (if framed)
+    and value decoded by ``read``; one that does not decode is named on
+    stderr. Returns how many were printed, and how many did not decode."""
     printed = undecoded = 0
     with _consumer(bootstrap_servers, topic, idle_seconds, **security) as messages:
         for message in messages:
@@ -342,8 +311,7 @@ def _read(read: Callable[[bytes], Any], data: bytes, part: str) -> Any:
 
 
 def _json_value(value: Any) -> Any:
-    """What JSON has no type for: Avro's dates and times as ISO 8601 text,
-    decimals and UUIDs as text, bytes as base64."""
+    """What JSON has no type for: dates, decimals, UUIDs as text, bytes as base64."""
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     if isinstance(value, bytes | bytearray):
@@ -355,14 +323,13 @@ def _json_value(value: Any) -> Any:
 
 @contextlib.contextmanager
 def _consumer(bootstrap_servers: str, topic: str, idle_seconds: float, **security):
+    idle_ms = int(idle_seconds * 1000) if idle_seconds > 0 else float("inf")
     consumer = KafkaConsumer(
         topic,
         bootstrap_servers=bootstrap_servers,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        consumer_timeout_ms=int(idle_seconds * 1000)
-        if idle_seconds > 0
-        else float("inf"),
+        consumer_timeout_ms=idle_ms,
         **security,
     )
     try:

@@ -1,8 +1,7 @@
-"""``LocalKafka``: a real single-node Kafka broker's process, from start to stop.
+"""``LocalKafka``: a real single-node Kafka broker's process, from start to
+stop; and a running broker through Kafka's Admin API (kafka-python)::
 
-From Python (a temporary data folder, removed on stop, unless ``data_dir``)::
-
-    with LocalKafka() as kafka:
+    with LocalKafka() as kafka:  # a temporary data folder, unless data_dir
         print(kafka.bootstrap_servers)  # "127.0.0.1:PORT"
 """
 
@@ -18,8 +17,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from kedro_streaming.devtools.broker_admin import await_ready, first_error
+from kafka.admin import KafkaAdminClient, ScramMechanism, UserScramCredentialUpsertion
+from kafka.errors import KafkaError
+
 from kedro_streaming.devtools.broker_config import (
+    NODE_ID,
     Listeners,
     choose_ports,
     format_storage_once,
@@ -41,31 +43,14 @@ from kedro_streaming.devtools.processes import HOST, tail, terminate
 class LocalKafka:
     """A real single-node Kafka broker+controller (KRaft combined mode).
 
-    Ports are chosen when :meth:`start` runs. Given a ``data_dir``, the broker
-    formats it once and reuses it on every start, as a compose volume would;
-    without one, data lives in a temporary folder that :meth:`stop` removes.
-
-    Args:
-        version: ``kafka_2.13`` version to resolve and run.
-        port: PLAINTEXT port; a free one is picked at start when None.
-        sasl_users: ``{username: password}``: a SASL_PLAINTEXT listener (on
-            ``sasl_port``, else a free one) with PLAIN and SCRAM-SHA-512.
-        heap: Max JVM heap (``-Xmx``).
-        extra_properties: Extra/overriding ``server.properties`` entries.
-        data_dir: Kept folder for the broker's data; None: a temporary one.
-        detach: Leave the broker running when this Python process exits
-            (used by the CLI); otherwise it is stopped at interpreter exit.
-        stop_grace: Seconds between SIGTERM and SIGKILL in :meth:`stop`.
-        tls: Adds the SSL, MTLS and SASL_SSL listeners, on ``tls_ports`` by
-            name or free ones, with a private CA made in ``tls_dir`` (default
-            ``<data_dir>/tls``, kept with the data).
-        extra_tls_listeners: More SSL listeners, each with a PEM key store
-            of its own (``{name: path}``): certificates to test clients with.
-        jvm_options: More options for the broker's JVM (a JAAS file's, say).
-
-    Attributes (after :meth:`start`): ``bootstrap_servers`` (PLAINTEXT),
-    ``sasl_bootstrap_servers``, ``tls_bootstrap_servers`` (by listener),
-    ``tls_dir``, ``data_dir``, ``log_path`` (all Kafka logging) and ``pid``.
+    Ports (None: a free one) are chosen at :meth:`start`. A ``data_dir`` is
+    formatted once and kept, as a compose volume; without one, data lives in a
+    temporary folder :meth:`stop` removes. ``sasl_users`` (``{name:
+    password}``) adds a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-512);
+    ``tls``, the SSL, MTLS and SASL_SSL listeners, with a private CA in
+    ``tls_dir`` (default ``<data_dir>/tls``); ``extra_tls_listeners``, SSL
+    listeners with PEM key stores of their own. Unless ``detach``, the broker
+    stops when this process exits.
     """
 
     def __init__(
@@ -91,8 +76,6 @@ class LocalKafka:
                 raise ValueError("sasl_users must contain at least one user")
             jaas_plain_config(sasl_users)  # validate names/passwords early
         self.version = version
-        # Requested ports (None = pick a free one at each start); the effective
-        # ones are in ``listeners`` once started.
         self._requested_ports = (port, sasl_port)
         self._requested_tls_ports = dict(tls_ports or {})
         self.listeners: Listeners | None = None
@@ -146,10 +129,7 @@ class LocalKafka:
 
     @property
     def tls_bootstrap_servers(self) -> dict[str, str]:
-        """The TLS listeners' addresses, by listener name (empty without ``tls``).
-
-        ``localhost``: the name the broker's certificate holds, besides 127.0.0.1.
-        """
+        """The TLS listeners' addresses by name, at the certificate's name."""
         return {name: f"localhost:{port}" for name, port in self.tls_ports.items()}
 
     @property
@@ -162,15 +142,8 @@ class LocalKafka:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self, timeout: float = 90) -> LocalKafka:
-        """Resolves jars (cached), formats storage, launches and awaits the broker.
-
-        ``timeout``: seconds for formatting plus startup until the broker
-        serves Metadata requests; not the jars' resolution (a cold Maven
-        download may take longer on slow networks). Returns self.
-
-        Raises:
-            BrokerError: Startup failed; the message holds the log tail.
-        """
+        """Resolves jars (cached), formats storage, launches and awaits the
+        broker; ``timeout`` does not count the jars' resolution."""
         if self._proc is not None:
             raise BrokerError("broker already started")
         libs = resolve_classpath(self.version)
@@ -199,9 +172,8 @@ class LocalKafka:
         return self
 
     def stop(self, grace: float | None = None) -> None:
-        """Stops the broker: SIGTERM, then SIGKILL after ``grace`` seconds
-        (default ``stop_grace``). A temporary data folder is removed, a kept
-        one stays. Safe to call more than once and when never started."""
+        """Stops the broker (SIGKILL after ``grace`` seconds) and removes a
+        temporary data folder; safe to call more than once."""
         grace = self.stop_grace if grace is None else grace
         proc, self._proc = self._proc, None
         with contextlib.suppress(Exception):
@@ -230,7 +202,6 @@ class LocalKafka:
             self.stop(grace=5)
 
     def _prepare(self, libs: Path, java: str, deadline: float) -> None:
-        """Creates the data dir, writes config files and formats storage once."""
         if self.keep_data:
             self.data_dir.mkdir(parents=True, exist_ok=True)
         else:
@@ -264,13 +235,14 @@ class LocalKafka:
 
     def _java_command(self, libs: Path, java: str, main_class: str) -> list[str]:
         log_config = self.data_dir / "log4j2.properties"
+        options = self.jvm_options
         return java_command(
             java,
             libs,
             main_class,
             heap=self.heap,
             log_config=log_config,
-            options=self.jvm_options,
+            options=options,
         )
 
     def _launch(self, libs: Path, java: str) -> None:
@@ -288,3 +260,115 @@ class LocalKafka:
             )
         if not self.detach:
             atexit.register(self._stop_quietly)
+
+
+def probe(bootstrap_servers: str, timeout: float = 3.0, **security) -> dict:
+    """kafka-python's description of the cluster at ``bootstrap_servers``;
+    KafkaError when it does not answer, refuses the credentials, or has not
+    registered the broker yet."""
+    millis = int(timeout * 1000)
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap_servers,
+        bootstrap_timeout_ms=millis,
+        request_timeout_ms=millis,
+        **security,
+    )
+    try:
+        cluster = admin.describe_cluster()
+    finally:
+        admin.close()
+    # A KRaft broker lists itself only once it is unfenced, ready for clients.
+    if not any(broker["broker_id"] == NODE_ID for broker in cluster["brokers"]):
+        raise KafkaError("the broker is not registered yet")
+    return cluster
+
+
+def create_scram_users(
+    bootstrap_servers: str, users: Mapping[str, str], **security
+) -> None:
+    """Registers (or updates) ``users``' SCRAM-SHA-512 logins on a running
+    broker, through the Admin API: no password on a command line."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **security)
+    try:
+        errors = admin.alter_user_scram_credentials(
+            [
+                UserScramCredentialUpsertion(
+                    user, ScramMechanism.SCRAM_SHA_512, password, iterations=8192
+                )
+                for user, password in users.items()
+            ]
+        )
+    finally:
+        admin.close()
+    failed = {user: error for user, error in errors.items() if error}
+    if failed:
+        raise BrokerError(f"SCRAM users not created: {failed}")
+
+
+def await_ready(
+    proc: subprocess.Popen,
+    servers: str,
+    *,
+    deadline: float,
+    log_path: Path,
+    sasl_servers: str | None = None,
+    sasl_users: Mapping[str, str] | None = None,
+) -> None:
+    """Waits until the broker ``proc`` runs answers on ``servers`` (and takes
+    ``sasl_users``' logins on ``sasl_servers``); else BrokerError, with its
+    log's end."""
+    last_error: BaseException | None = None
+    while True:
+        code = proc.poll()
+        if code is not None:
+            cause = first_error(log_path)
+            raise BrokerError(
+                f"Kafka broker exited with code {code} during startup"
+                + (f": {cause}" if cause else "")
+                + f". Log {log_path} ends with:\n{tail(log_path, 60)}"
+            )
+        try:
+            probe(servers, timeout=2.0)
+            if sasl_users:
+                _probe_logins(servers, sasl_servers, sasl_users)
+            return
+        except (KafkaError, OSError) as exc:
+            last_error = exc
+        if time.monotonic() >= deadline:
+            raise BrokerError(
+                f"Kafka broker not ready on {servers} within the timeout "
+                f"(last probe error: {last_error!r}). Log {log_path} ends with:\n"
+                f"{tail(log_path, 60)}"
+            )
+        time.sleep(0.25)
+
+
+def _probe_logins(servers: str, sasl_servers: str, users: Mapping[str, str]) -> None:
+    # Again at each start: a changed password takes effect.
+    create_scram_users(servers, users)
+    # A real login: the listener takes these very credentials.
+    user, password = next(iter(users.items()))
+    probe(
+        sasl_servers,
+        timeout=2.0,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username=user,
+        sasl_plain_password=password,
+    )
+
+
+def first_error(log_path: Path | None) -> str:
+    """The broker log's first ERROR line and the exception line under it: why
+    a start failed, which the shutdown lines push out of the log's tail."""
+    found: list[str] = []
+    try:
+        with open(log_path or "", encoding="utf-8", errors="replace") as log:
+            for line in log:
+                if found and (line.startswith("[") or len(found) == 2):
+                    break  # the next record: the error and its cause are in
+                if found or " ERROR " in line:
+                    found.append(line.split(" ERROR ", 1)[-1].strip())
+    except OSError:
+        pass
+    return " ".join(found)[:500]

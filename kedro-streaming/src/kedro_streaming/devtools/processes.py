@@ -31,12 +31,8 @@ def port_is_free(port: int, host: str = HOST) -> bool:
 
 
 def free_ports(count: int, host: str = HOST) -> list[int]:
-    """Returns ``count`` distinct free ports.
-
-    All sockets are held open until every port is chosen so the OS cannot hand
-    out the same port twice.  Another process could still grab one before the
-    broker binds it; that race is accepted (the start error will say so).
-    """
+    """``count`` distinct free ports (each socket held until all are chosen;
+    another process may still take one before it is bound)."""
     with contextlib.ExitStack() as stack:
         ports = []
         for _ in range(count):
@@ -65,9 +61,8 @@ DEFAULT_PORTS = {
 
 @contextlib.contextmanager
 def hold_ports(ports, host: str = HOST):
-    """Binds and listens on each of ``ports`` that is free, until the block
-    ends, so that anything else binding one of them fails; yields the held
-    ports. (A port taken already is someone else's: left alone.)"""
+    """Binds and listens on each of ``ports`` that is free until the block
+    ends, so that anything else binding one fails; yields the held ports."""
     with contextlib.ExitStack() as stack:
         held = []
         for port in ports:
@@ -82,7 +77,7 @@ def hold_ports(ports, host: str = HOST):
 
 
 def tail(path: Path, lines: int) -> str:
-    """Returns the last ``lines`` lines of a text file ('' if missing)."""
+    """The last ``lines`` lines of a text file ('' if missing)."""
     if lines <= 0:
         return ""
     try:
@@ -135,25 +130,18 @@ def pid_cmdline(pid: int) -> str:
 
 
 def terminate(pid: int, grace: float, proc: subprocess.Popen | None = None) -> None:
-    """Sends SIGTERM, waits up to ``grace`` seconds, then SIGKILLs ``pid``.
-
-    When ``proc`` (our own child) is given it is also reaped, so no zombie is left.
-    """
+    """Sends SIGTERM, waits up to ``grace`` seconds, then SIGKILLs ``pid``;
+    reaps ``proc`` (our own child), if given."""
 
     def alive() -> bool:
         return proc.poll() is None if proc is not None else pid_alive(pid)
 
-    if not alive():
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    end = time.monotonic() + grace
-    while alive() and time.monotonic() < end:
-        time.sleep(0.1)
-    if alive():
+    for sent, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
+        if not alive():
+            break
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        end = time.monotonic() + 10
+            os.kill(pid, sent)
+        end = time.monotonic() + wait
         while alive() and time.monotonic() < end:
             time.sleep(0.05)
     if proc is not None:
@@ -167,12 +155,16 @@ def say(line: object, file=None) -> None:
     stream.flush()
 
 
-# Detached services (a Spark cluster, a Connect server, a schema registry)
-# keep their state in a JSON file of their data folder: ``processes`` lists
-# each one's pid, log and a marker its command line holds (a pid reused by
-# another program is not ours to stop).
+def write_private(path: Path, data: bytes) -> None:
+    """Writes ``data`` (keys, passwords) for ``path``'s owner's eyes only."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_bytes(data)
 
 
+# Detached services keep their state in a JSON file of their data folder:
+# ``processes`` lists each one's pid, log and a marker its command line holds
+# (a pid reused by another program is not ours to stop).
 def read_state(data_dir: Path, state_file: str) -> dict | None:
     try:
         return json.loads((data_dir / state_file).read_text())
@@ -186,12 +178,15 @@ def write_state(data_dir: Path, state_file: str, state: dict) -> None:
     partial.replace(data_dir / state_file)  # readers never see half a file
 
 
+def _ours(process: dict) -> bool:
+    return pid_alive(process["pid"]) and process["marker"] in pid_cmdline(
+        process["pid"]
+    )
+
+
 def processes_alive(state: dict) -> bool:
     """Whether every recorded process still runs what we started."""
-    return all(
-        pid_alive(p["pid"]) and p["marker"] in pid_cmdline(p["pid"])
-        for p in state.get("processes", [])
-    )
+    return all(_ours(process) for process in state.get("processes", []))
 
 
 def processes_status(data_dir: Path, state_file: str) -> dict:
@@ -202,9 +197,7 @@ def processes_status(data_dir: Path, state_file: str) -> dict:
 
 def stop_processes(state: dict, grace: float = 20) -> None:
     for process in reversed(state.get("processes", [])):  # the last started first
-        if pid_alive(process["pid"]) and process["marker"] in pid_cmdline(
-            process["pid"]
-        ):
+        if _ours(process):
             terminate(process["pid"], grace)
 
 

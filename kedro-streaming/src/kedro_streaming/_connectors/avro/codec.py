@@ -1,15 +1,8 @@
-"""Kafka messages in Confluent's wire format: an Avro record framed with the
-id of the schema it was written with (a magic byte 0, the id in 4 bytes,
-big-endian, then the Avro body).
-
-Each record is decoded with its writer schema, the one its id names, and
-projected onto the reader schema (a version of the subject, the latest by
-default), so that records of producers on different versions decode
-together. The ids a query can decode are fixed when it is planned: a record
-with an id it does not know fails the query with ``UNPLANNED_ID`` in the
-message, and the runtime looks the id up and plans the query again
-(:mod:`kedro_streaming._checks.avro_replans`).
-"""
+"""Kafka messages in Confluent's wire format (a magic byte 0, the schema's id
+in 4 bytes, big-endian, then the Avro body), decoded by Spark with the writer
+schema the id names and projected onto the reader schema. A query knows the ids
+it was planned with: an unplanned one fails it with ``UNPLANNED_ID``'s message,
+and the run plans again (:mod:`kedro_streaming._checks.avro_replans`)."""
 
 from __future__ import annotations
 
@@ -48,17 +41,7 @@ from kedro_streaming.errors import StreamingConfigError
 # gives a record of nulls for one that does not.
 _DECODED = "kedro_streaming_decoded"
 _FRAME_BYTES = 5
-_SINGLE_TYPES = (
-    "boolean",
-    "int",
-    "long",
-    "float",
-    "double",
-    "bytes",
-    "string",
-    "enum",
-    "fixed",
-)
+_SINGLE_TYPES = "boolean int long float double bytes string enum fixed".split()
 UNPLANNED_ID = re.compile(r"Avro schema id (\d+) is not in the query's plan")
 
 
@@ -82,11 +65,7 @@ class AvroSchemas:
         versions = registry.versions(subject)
         reader = registry.version(subject, version).schema
         return cls(
-            registry,
-            subject,
-            version,
-            reader,
-            {registered.id: registered.schema for registered in versions},
+            registry, subject, version, reader, {r.id: r.schema for r in versions}
         )
 
     def with_id(self, schema_id: int) -> AvroSchemas:
@@ -106,25 +85,14 @@ class AvroSchemas:
 def decode_values(
     raw: DataFrame, schemas: AvroSchemas, column: str = "value", *, nulls: bool = False
 ) -> DataFrame:
-    """Adds ``<column>_record`` (the record, by the reader schema; null when it
-    did not decode) and ``<column>_problem`` (why not; null when it did).
-
-    Problems: a null value (unless ``nulls``: a message without a key), a
-    frame shorter than 5 bytes, a magic byte other than 0, an id the registry
-    has no schema for, a body that does not decode with its writer schema.
-    """
+    """Adds ``<column>_record`` (the record by the reader schema; null when it
+    did not decode) and ``<column>_problem`` (why not; a null value is one
+    unless ``nulls``)."""
     reader, is_record = _reader_schema(schemas)
-    marked = (
-        dict(
-            reader,
-            fields=[
-                *reader["fields"],
-                {"name": _DECODED, "type": "boolean", "default": True},
-            ],
-        )
-        if is_record
-        else reader
-    )
+    marked = reader
+    if is_record:
+        flag = {"name": _DECODED, "type": "boolean", "default": True}
+        marked = dict(reader, fields=[*reader["fields"], flag])
     value = F.col(column)
     body = F.expr(f"substring(`{column}`, {_FRAME_BYTES + 1})")
     framed = (F.length(value) >= _FRAME_BYTES) & (
@@ -245,12 +213,9 @@ def _from_avro(body: Column, writer: str, options: dict[str, str]) -> Column:
 
 
 def value_schema(struct: StructType, name: str) -> str:
-    """The Avro record schema of rows of ``struct``, as the registry takes it.
-
-    Spark derives one inside ``to_avro`` but shows it to no Python API; this
-    one also gives every nullable field ``["null", ...]`` with a null
-    default, so that a field added later is a compatible change.
-    """
+    """The Avro record schema of rows of ``struct`` (Spark's ``to_avro`` shows
+    its own to no Python API); each nullable field defaults to null, so that
+    one added later is a compatible change."""
     return json.dumps(_avro_type(struct, _avro_name(name)), separators=(",", ":"))
 
 

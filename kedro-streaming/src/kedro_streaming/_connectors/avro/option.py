@@ -1,4 +1,5 @@
-"""A Kafka entry's ``avro`` option: its registry, subjects and schemas."""
+"""A Kafka entry's ``avro`` option (its registry, subjects and schemas), and
+the ``Avro`` connector's checks of them before the run."""
 
 from __future__ import annotations
 
@@ -6,19 +7,17 @@ from typing import TYPE_CHECKING, Any
 
 from kedro_streaming._connectors.avro.codec import AvroSchemas, decode_values
 from kedro_streaming._connectors.avro.registry import SchemaRegistry
+from kedro_streaming._connectors.base import Connector, RunEntries
+from kedro_streaming._spark import class_loads, jvm_of
 from kedro_streaming.errors import StreamingConfigError
 from kedro_streaming.problems import did_you_mean
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 # The keys of a Kafka source's `avro` option.
-AVRO_OPTIONS = (
-    "schema_registry_url",
-    "subject",
-    "version",
-    "key_subject",
-    "credentials",
+AVRO_OPTIONS = tuple(
+    "schema_registry_url subject version key_subject credentials".split()
 )
 
 
@@ -43,8 +42,7 @@ class AvroOption:
 
     @property
     def schemas(self) -> AvroSchemas:
-        """The writer and reader schemas values decode with, from the
-        registry at first use; ``plan_id`` adds one."""
+        """The writer and reader schemas values decode with (asked at first use)."""
         if self._schemas is None:
             self._schemas = AvroSchemas.from_registry(
                 self.registry(), self.subject(), self.options.get("version", "latest")
@@ -68,9 +66,8 @@ class AvroOption:
         return frame
 
     def plan_id(self, schema_id: int) -> None:
-        """Looks ``schema_id`` up for the next plan: a version registered
-        since (decoded then), or an id the registry lacks (each such record
-        then quarantined with that reason)."""
+        """Looks ``schema_id`` up for the next plan: a version registered since,
+        or an id the registry lacks (its records then quarantined)."""
         self._schemas = self.schemas.with_id(schema_id)
         if self.key_schemas is not None:
             self._key_schemas = self.key_schemas.with_id(schema_id)
@@ -117,3 +114,46 @@ def writes_avro(entry: Any) -> bool:
     """Whether a sink encodes its struct values as Avro (the ``avro`` option,
     on a connector that carries Avro)."""
     return entry.avro is not None and entry.connector.carries_avro
+
+
+class Avro(Connector):
+    """Avro values and keys, with their schemas in a registry: each registry
+    answers before Spark starts, and Spark has its Avro package."""
+
+    name = "avro"
+
+    def check_before_spark(self, run: RunEntries) -> None:
+        problems = []
+        for name, dataset in {**run.sources, **run.sinks}.items():
+            try:
+                if name in run.sources and dataset.avro is not None:
+                    dataset.avro.schemas  # noqa: B018 (asks the registry)
+                    dataset.avro.key_schemas  # noqa: B018
+                elif name in run.sinks and writes_avro(dataset):
+                    dataset.avro.registry().subjects()
+            except StreamingConfigError as error:
+                problems.append(f"'{name}': {error}")
+        _refuse_avro(problems)
+
+    def check_with_spark(self, spark: SparkSession, run: RunEntries) -> None:
+        names = [n for n, d in run.sources.items() if d.avro is not None] + [
+            n for n, d in run.sinks.items() if writes_avro(d)
+        ]
+        functions = "org.apache.spark.sql.avro.functions"
+        # No JVM over Spark Connect: the server's packages are the server's.
+        if names and jvm_of(spark) is not None and not class_loads(spark, functions):
+            _refuse_avro(
+                [
+                    f"{', '.join(repr(n) for n in dict.fromkeys(names))} use Avro, "
+                    "which this Spark cannot: add org.apache.spark:spark-avro_2.13:"
+                    f"{spark.version} to spark.jars.packages in conf/base/spark.yml"
+                ]
+            )
+
+
+def _refuse_avro(problems: list[str]) -> None:
+    if problems:
+        raise StreamingConfigError(
+            "Avro datasets cannot start:\n"
+            + "\n".join(f"  - {problem}" for problem in problems)
+        )

@@ -1,22 +1,8 @@
-"""A schema registry, through Confluent's REST API: Confluent's own registry,
-Confluent Cloud's, Apicurio's (``/apis/ccompat/v7``), Karapace, Redpanda's.
-
-Used by the Avro option of Kafka datasets to look up writer schemas by id and
-readers by subject version, and to register a sink's schema::
-
-    registry = SchemaRegistry("http://localhost:8081/apis/ccompat/v7")
-    latest = registry.version("taxi-trips-value")   # RegisteredSchema
-    registry.schema(latest.id)                        # its Avro text
-
-and, in Python, to frame records as producers do (``avro_framer``) and
-decode them as consumers do (``avro_reader``).
-
-Every failure is a ``StreamingConfigError`` naming the registry's address
-(without any password) and what to check. What a registry, or the proxy or
-load balancer in front of it, answers while it restarts or sheds load (HTTP
-429, 502, 503, 504, a connection reset) is tried again for a few seconds
-first: every request here is safe to repeat.
-"""
+"""A schema registry through Confluent's REST API (Confluent's, Confluent
+Cloud's, Apicurio's ``/apis/ccompat/v7``, Karapace, Redpanda's), and Python's
+framing and decoding of its records. Each failure is a StreamingConfigError
+naming the address (never a password); a registry, or its proxy, saying "not
+now" (HTTP 429, 502, 503, 504, a reset) is asked again for a few seconds."""
 
 from __future__ import annotations
 
@@ -36,13 +22,12 @@ from kedro_streaming.errors import StreamingConfigError
 from kedro_streaming.problems import closest
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
-# Answers that say "not now" rather than "no", and the waits before each try
-# again: 3.75 s in all, time for a rate limit to let a request through, or a
-# proxy to find its registry again after a brief overload.
+# Answers that say "not now" rather than "no". A refused connection is not
+# one: nothing listens there, and saying so at once beats waiting.
 _TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
-# A refused connection is not one: nothing listens there, and saying so at
-# once beats waiting.
 _TRANSIENT_ERRORS = (ConnectionResetError, http.client.RemoteDisconnected)
+# 3.75 s in all: time for a rate limit to let a request through, or a proxy to
+# find its registry again.
 _RETRY_WAITS = (0.25, 0.5, 1.0, 2.0)
 _FRAME_BYTES = 5  # Confluent's wire format: magic byte 0, a 4-byte schema id
 _NOT_THE_ROOT = (
@@ -63,7 +48,8 @@ class RegisteredSchema:
 
 
 class SchemaRegistry:
-    """A registry's Confluent-compatible API, with HTTP basic authentication.
+    """A registry's Confluent-compatible API, with HTTP basic authentication
+    (also given as user:password@ in the address).
 
     Example:
         ```python
@@ -90,7 +76,6 @@ class SchemaRegistry:
                 "http://localhost:8081/apis/ccompat/v7 (Apicurio) or "
                 "https://psrc-xxxx.region.aws.confluent.cloud (Confluent Cloud)"
             )
-        # user:password@ in the address counts as credentials, and is never shown.
         username = username or (urllib.parse.unquote(parts.username or "") or None)
         password = password or (urllib.parse.unquote(parts.password or "") or None)
         netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
@@ -161,11 +146,8 @@ class SchemaRegistry:
             return None
 
     def register(self, subject: str, schema: str) -> int:
-        """Registers ``schema`` under ``subject`` (or finds it there): its id.
-
-        A schema the subject's compatibility refuses fails, quoting the
-        registry's answer, the subject's compatibility and the ways out.
-        """
+        """Registers ``schema`` under ``subject`` (or finds it there): its id;
+        one the subject's compatibility refuses fails, naming the ways out."""
         try:
             answer = self._request(
                 "POST",
@@ -263,7 +245,6 @@ class SchemaRegistry:
         refused: str,
         tries: _Tries,
     ) -> Exception:
-        """What an HTTP error answer means, as the exception to raise."""
         if error.code in (401, 403):
             who = f"user '{self.username}'" if self.username else "no credentials"
             return StreamingConfigError(
@@ -284,8 +265,7 @@ class SchemaRegistry:
 
 def avro_framer(registry: SchemaRegistry, subject: str, schema: str):
     """Registers ``schema`` under ``subject``; returns a function that frames
-    a record (a dict) as Confluent's wire format: magic byte 0, the schema's
-    id, the Avro body. For producers in Python (tests, development tools).
+    a record (a dict) in Confluent's wire format, for producers in Python.
 
     Example:
         ```python
@@ -316,11 +296,8 @@ def avro_framer(registry: SchemaRegistry, subject: str, schema: str):
 
 def avro_reader(registry: SchemaRegistry):
     """Returns a function that decodes a message in Confluent's wire format
-    (bytes) into its record, with the writer schema its id names (looked up
-    once per id). For consumers in Python (tests, development tools).
-
-    A message that does not decode raises ValueError saying why; a registry
-    that does not answer, StreamingConfigError.
+    into its record, with the writer schema its id names (looked up once), for
+    consumers in Python; a message that does not decode is a ValueError.
 
     Example:
         ```python
@@ -399,8 +376,7 @@ def _retry_after(error: urllib.error.HTTPError) -> float:
 
 
 class _Tries:
-    """How many times a request was sent, and since when; shown as
-    ", 5 tries in 3.8 s" after a failure when there was more than one."""
+    """How many times a request was sent, and since when: ", 5 tries in 3.8 s"."""
 
     def __init__(self) -> None:
         self.count = 0

@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import re
+from collections import Counter
 
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
@@ -34,17 +35,14 @@ logger = logging.getLogger("kedro_streaming.checks")
 
 # The root cause in a Kafka client's error, e.g. "...errors.TimeoutException: ..."
 _KAFKA_ERROR = re.compile(r"org\.apache\.kafka\.common\.errors\.(\w+: [^\n]*)")
-
-
 # Kafka source options that size micro-batches, which Spark refuses in
 # Real-Time Mode.
 BATCH_SIZE_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 
 
 def source_tasks(dataset: Entry) -> int | None:
-    """The tasks Spark's Kafka source makes for ``dataset``: one per partition
-    of its topics, ``minPartitions`` at least. None when that is not known
-    before start (a pattern subscription, a broker that does not answer)."""
+    """The tasks Spark's Kafka source makes for ``dataset`` (one per partition,
+    ``minPartitions`` at least); None when not known before start."""
     options = dataset.load_options
     if "assign" in options:
         partitions = sum(len(p) for p in json.loads(options["assign"]).values())
@@ -68,17 +66,10 @@ def source_tasks(dataset: Entry) -> int | None:
 def check_kafka_reachable(
     spark: SparkSession, name: str, dataset: Entry, timeout: float
 ) -> None:
-    """Fails within about ``timeout`` seconds unless the dataset's brokers accept it.
-
-    First, as a client of this machine: the trust and key stores load, the
-    brokers' certificates verify and the port speaks the protocol the
-    credentials say (:func:`connection_problem`). Then where the queries will
-    run: a batch read through Spark's Kafka source, with the dataset's
-    ``kafka.*`` options (credentials included), that asks the brokers for
-    metadata and reads no topic (a local master, a cluster and Spark Connect
-    alike). Without it, Spark retries an unreachable broker or a wrong
-    password inside a running query for a long time.
-    """
+    """Fails within about ``timeout`` seconds unless the dataset's brokers accept
+    it: as a client of this machine, then through Spark's Kafka source where the
+    queries run (a batch read of no topic). Else Spark retries an unreachable
+    broker or a wrong password inside a running query for a long time."""
     milliseconds = str(int(timeout * 1000))
     options = {f"kafka.{key}": value for key, value in client_config(dataset).items()}
     servers = options.get("kafka.bootstrap.servers", "")
@@ -122,10 +113,9 @@ def check_kafka_reachable(
 
 
 def _kafka_failure(text: str, security, timeout: float) -> str:
-    """What Spark's Kafka client failed on, from its error's text."""
     cause = _KAFKA_ERROR.findall(text)
     detail = cause[-1] if cause else headline(RuntimeError(text))
-    if "SaslAuthenticationException" in detail or "Authentication" in detail:
+    if "Authentication" in detail:
         return (
             f"refused the {security.mechanism} login of user "
             f"'{security.username or '?'}': check the password (and the user) in "
@@ -138,7 +128,7 @@ def _kafka_failure(text: str, security, timeout: float) -> str:
             f"does not allow user '{security.username or '?'}' what the query "
             f"needs: ask the brokers' administrators for it ({detail})"
         )
-    if "Failed to load SSL keystore" in text or "Failed to load SSL" in text:
+    if "Failed to load SSL" in text:
         return (
             "could not be reached: Spark's Kafka client did not load the trust or "
             "key store named in the credentials (a path, type or password this "
@@ -172,14 +162,10 @@ def _kafka_client_logs_off(spark: SparkSession):
     if is_remote():  # the server's logs are the server's
         yield
         return
-    jvm = jvm_of(spark)
-    log4j = jvm.org.apache.logging.log4j
+    log4j = jvm_of(spark).org.apache.logging.log4j
     configurator = log4j.core.config.Configurator
     loggers = ("org.apache.kafka", "org.apache.spark.sql.kafka010")
-    previous = {
-        logger_name: log4j.LogManager.getLogger(logger_name).getLevel()
-        for logger_name in loggers
-    }
+    previous = {name: log4j.LogManager.getLogger(name).getLevel() for name in loggers}
     for logger_name in loggers:
         configurator.setLevel(logger_name, log4j.Level.OFF)
     try:
@@ -190,22 +176,11 @@ def _kafka_client_logs_off(spark: SparkSession):
 
 
 def check_kafka_topics(
-    sources: dict[str, Entry],
-    readers: dict[str, list[str]],
-    sinks: dict[str, Entry],
+    sources: dict[str, Entry], readers: dict[str, list[str]], sinks: dict[str, Entry]
 ) -> None:
-    """Fails on a Kafka topic that does not exist, and on a new checkpoint
-    that would silently skip what a topic already holds.
-
-    Spark's default for a new checkpoint is ``startingOffsets: latest``: the
-    query starts at the topic's end, and the checkpoint keeps that position.
-    A subscription to a missing topic fails only once the query runs.
-
-    Args:
-        sources: The run's streaming sources.
-        readers: Each source's queries (sinks) in this run.
-        sinks: The run's streaming sinks.
-    """
+    """Fails on a Kafka topic that does not exist (else the query fails once
+    it runs), and on a new checkpoint that would silently skip what a topic
+    holds (Spark's default for one is ``startingOffsets: latest``)."""
     problems = [
         problem
         for name, dataset in sources.items()
@@ -223,8 +198,6 @@ def check_kafka_topics(
 def _topic_problems(
     name: str, dataset: Entry, readers: list[str], sinks: dict[str, Entry]
 ) -> list[str]:
-    """The problems of one source's topics (see ``check_kafka_topics``)."""
-    problems: list[str] = []
     options = {key.lower(): str(v) for key, v in dataset.load_options.items()}
     topics = _subscribed_topics(options)
     if dataset.file_format != "kafka" or not topics:
@@ -244,15 +217,19 @@ def _topic_problems(
         return []
     auto_create = options.get("kafka.allow.auto.create.topics", "").lower()
     missing = [topic for topic in topics if topic not in existing]
-    refused = _forbidden(dataset, servers, missing)
-    user = entry_security(dataset).username
-    for topic in refused:
-        problems.append(
-            f"'{name}' reads the topic '{topic}', which the brokers at {servers} "
-            f"do not let {f'user {user!r}' if user else 'this client'} describe "
-            "or read (TOPIC_AUTHORIZATION_FAILED): ask the cluster's "
-            "administrators for Describe and Read on it, or fix the topic's name"
-        )
+    security = entry_security(dataset)
+    try:
+        refused = forbidden_topics(servers, security, missing) if missing else []
+    except Exception:  # noqa: BLE001 (then only "missing" can be said)
+        refused = []
+    user = security.username
+    problems = [
+        f"'{name}' reads the topic '{topic}', which the brokers at {servers} "
+        f"do not let {f'user {user!r}' if user else 'this client'} describe "
+        "or read (TOPIC_AUTHORIZATION_FAILED): ask the cluster's "
+        "administrators for Describe and Read on it, or fix the topic's name"
+        for topic in refused
+    ]
     for topic in missing:
         if topic in refused or auto_create == "true":
             continue
@@ -283,20 +260,9 @@ def _topic_problems(
     return problems
 
 
-def _forbidden(dataset: Entry, servers: str, topics: list[str]):
-    """The topics of ``topics`` the brokers do not let the dataset's client see."""
-    if not topics:
-        return []
-    try:
-        return forbidden_topics(servers, entry_security(dataset), topics)
-    except Exception:  # noqa: BLE001 (then only "missing" can be said)
-        return []
-
-
 def _say_new_sink_topic(name: str, dataset: Entry) -> None:
-    """Warns when a Kafka sink writes a topic that the brokers do not have:
-    they create it at the first message (a misspelt topic too, and the
-    checkpoint then moves on past what went there)."""
+    """Warns of a sink's topic the brokers do not have: they create it at the
+    first message (a misspelt one too)."""
     topic = dataset.writer_options.get("topic")
     if dataset.file_format != "kafka" or not topic:
         return
@@ -322,24 +288,18 @@ def _subscribed_topics(options: dict[str, str]) -> list[str]:
     if "subscribe" in options:
         return [t.strip() for t in options["subscribe"].split(",") if t.strip()]
     if "assign" in options:
-        try:
+        with contextlib.suppress(ValueError):
             return sorted(json.loads(options["assign"]))
-        except ValueError:
-            return []
     return []
 
 
 def _topic_messages(
     dataset: Entry, topics: list[str]
 ) -> tuple[dict[str, int], set[str]]:
-    """The messages each existing topic of ``topics`` holds, and every
-    topic the brokers have."""
+    """The messages each existing topic of ``topics`` holds; every topic."""
     from kafka import TopicPartition  # noqa: PLC0415
 
-    with (
-        kafka_python_logs(),
-        contextlib.closing(offsets_reader(dataset)) as consumer,
-    ):
+    with kafka_python_logs(), contextlib.closing(offsets_reader(dataset)) as consumer:
         existing = consumer.topics()
         partitions = [
             TopicPartition(topic, partition)
@@ -349,23 +309,16 @@ def _topic_messages(
         ]
         first = consumer.beginning_offsets(partitions)
         last = consumer.end_offsets(partitions)
-    held: dict[str, int] = {}
+    held: Counter[str] = Counter()
     for partition in partitions:
-        held[partition.topic] = held.get(partition.topic, 0) + (
-            last[partition] - first[partition]
-        )
+        held[partition.topic] += last[partition] - first[partition]
     return {topic: count for topic, count in held.items() if count}, existing
 
 
 def offsets_reader(dataset: Entry):
-    """A kafka-python consumer of ``dataset``'s brokers, for the runtime's own
-    reads of topics and offsets: no group, so nothing to commit (and no
-    warning from kafka-python about it).
-
-    Raises:
-        SaslAuthenticationFailedError: At once, the brokers refuse the login
-            (kafka-python alone would retry it for 30 s).
-    """
+    """A kafka-python consumer of ``dataset``'s brokers with no group (nothing
+    to commit), for the runtime's own reads; fails at once on a refused login
+    (kafka-python alone would retry it for 30 s)."""
     from kafka import KafkaConsumer  # noqa: PLC0415
     from kafka.errors import SaslAuthenticationFailedError  # noqa: PLC0415
 

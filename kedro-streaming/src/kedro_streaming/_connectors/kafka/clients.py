@@ -1,19 +1,7 @@
 """Kafka clients for a project's own code (a script, a test, a backfill),
-configured as the project's pipelines are: the same brokers, the same
-credentials entry, so that no setting is copied by hand::
-
-    from kedro_streaming import kafka_consumer, kafka_producer
-
-    producer = kafka_producer(env="kafka")             # conf/kafka
-    producer.send("sensor-readings", b'{"device": "d1"}')
-    producer.flush()
-    consumer = kafka_consumer("sensor-readings", dataset="raw_readings")
-
-``env`` alone: ``kafka.bootstrap_servers`` of ``conf/<env>/globals.yml`` and
-the ``kafka`` entry of its credentials, as ``kedro streams send | watch``
-read them. ``dataset``: that catalog entry's ``kafka.bootstrap.servers`` and
-credentials, exactly as its query reads them.
-"""
+configured as its pipelines are: ``env`` alone, the ``kafka`` globals and
+credentials entry of ``conf/<env>`` (as ``kedro streams send | watch`` read
+them); ``dataset``, that catalog entry's brokers and credentials."""
 
 from __future__ import annotations
 
@@ -21,9 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka.admin import KafkaAdminClient
-from kafka.errors import (
-    KafkaError,
-)
+from kafka.errors import KafkaError
 
 from kedro_streaming._connectors.kafka.probes import (
     client_failure,
@@ -67,10 +53,7 @@ def kafka_producer(
     """
     from kafka import KafkaProducer  # noqa: PLC0415 (kafka-python: when asked for)
 
-    return KafkaProducer(
-        **_client_arguments(env, dataset, project_path),
-        **overrides,
-    )
+    return KafkaProducer(**_client_arguments(env, dataset, project_path), **overrides)
 
 
 def kafka_consumer(
@@ -81,8 +64,7 @@ def kafka_consumer(
     **overrides: Any,
 ):
     """A kafka-python ``KafkaConsumer`` of ``topics`` configured from
-    ``conf/<env>``; the arguments as :func:`kafka_producer`'s (the
-    overrides: ``group_id``, ``auto_offset_reset``...).
+    ``conf/<env>``; the arguments as :func:`kafka_producer`'s.
 
     Example:
         ```python
@@ -109,33 +91,31 @@ def _client_arguments(
     env: str, dataset: str | None, project_path: str | Path | None
 ) -> dict[str, Any]:
     """kafka-python's client arguments (``bootstrap_servers`` and security)
-    from ``conf/<env>``, secrets included: never for display.
-
-    Raises:
-        StreamingConfigError: No broker is configured, a store does not load,
-            or the brokers refuse the connection (the message says why).
-    """
+    from ``conf/<env>``, secrets included: never for display; a
+    StreamingConfigError says why the brokers cannot be used."""
     from kedro_streaming._project import project_config  # noqa: PLC0415
 
     root = Path(project_path or Path.cwd())
     if dataset is not None:
-        return _dataset_config(env, dataset, root)
-    config = project_config(env, root)
-    servers = (config["globals"].get("kafka") or {}).get("bootstrap_servers")
-    if not servers:
-        raise StreamingConfigError(
-            f"conf/{env}/globals.yml sets no kafka.bootstrap_servers: set it, or "
-            "name a Kafka dataset of the catalog (dataset=...)"
-        )
+        servers, credentials = _dataset_config(env, dataset, root)
+    else:
+        config = project_config(env, root)
+        servers = (config["globals"].get("kafka") or {}).get("bootstrap_servers")
+        credentials = config["credentials"].get("kafka")
+        if not servers:
+            raise StreamingConfigError(
+                f"conf/{env}/globals.yml sets no kafka.bootstrap_servers: set it, or "
+                "name a Kafka dataset of the catalog (dataset=...)"
+            )
     try:
-        security = client_security(config["credentials"].get("kafka"), servers)
+        security = client_security(credentials, servers)
     except ValueError as error:
         raise StreamingConfigError(str(error)) from None
     return {"bootstrap_servers": servers, **security}
 
 
-def _dataset_config(env: str, name: str, root: Path) -> dict[str, Any]:
-    """A catalog dataset's kafka-python settings, as its query connects."""
+def _dataset_config(env: str, name: str, root: Path) -> tuple[str, KafkaSecurity]:
+    """A catalog dataset's brokers and security, as its query connects."""
     from kedro_streaming._connectors.kafka.connector import Kafka  # noqa: PLC0415 (imports PySpark)
     from kedro_streaming._project import project_catalog  # noqa: PLC0415
 
@@ -157,27 +137,18 @@ def _dataset_config(env: str, name: str, root: Path) -> dict[str, Any]:
             f"dataset '{name}' sets no kafka.bootstrap.servers in its load_args "
             "or save_args: set it to the brokers' host:port"
         )
-    try:
-        security = client_security(entry_security(dataset), servers)
-    except ValueError as error:
-        raise StreamingConfigError(str(error)) from None
-    return {"bootstrap_servers": servers, **security}
+    return servers, entry_security(dataset)
 
 
 def client_security(
     credentials: dict[str, Any] | KafkaSecurity | None, servers: str | None = None
 ) -> dict[str, Any]:
-    """kafka-python settings from a Kafka entry of credentials.yml, the same
-    the project's Kafka datasets take (:mod:`kedro_streaming._connectors.kafka.security`).
-
-    Given ``servers``, the connection is tried first: a certificate, store or
-    protocol that does not work is a ValueError naming the cause.
-    """
-    security = (
-        credentials
-        if isinstance(credentials, KafkaSecurity)
-        else KafkaSecurity(credentials)
-    )
+    """kafka-python settings from a Kafka entry of credentials.yml, as the
+    project's Kafka datasets take them; given ``servers``, the connection is
+    tried first (a ValueError names what does not work)."""
+    security = credentials
+    if not isinstance(security, KafkaSecurity):
+        security = KafkaSecurity(credentials)
     try:
         settings = security.kafka_python()
     except StreamingConfigError as error:  # a store that does not load

@@ -4,6 +4,7 @@ far a query's sources are behind (lag)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ from pyspark.sql.types import StructType
 
 from kedro_streaming._connectors.avro.codec import encode_value, value_schema
 from kedro_streaming._connectors.avro.option import AvroOption
-from kedro_streaming._connectors.base import Connector, Entry, RunEntries
+from kedro_streaming._connectors.base import Connector, Entry, LagUnknown, RunEntries
 from kedro_streaming._connectors.kafka.checks import (
     check_kafka_reachable,
     check_kafka_topics,
@@ -35,29 +36,13 @@ _KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider$"
 _KAFKA_SINK_OPTIONS = ("topic", "includeHeaders")
 # The Kafka connector's keys are lower case; as its documentation spells them.
 _KAFKA_SPELLING = (
-    "assign",
-    "subscribe",
-    "subscribePattern",
-    "startingOffsets",
-    "endingOffsets",
-    "startingOffsetsByTimestamp",
-    "endingOffsetsByTimestamp",
-    "startingTimestamp",
-    "endingTimestamp",
-    "startingOffsetsByTimestampStrategy",
-    "failOnDataLoss",
-    "minPartitions",
-    "maxRecordsPerPartition",
-    "maxOffsetsPerTrigger",
-    "minOffsetsPerTrigger",
-    "maxTriggerDelay",
-    "fetchOffset.numRetries",
-    "fetchOffset.retryIntervalMs",
-    "kafkaConsumer.pollTimeoutMs",
-    "groupIdPrefix",
-    "includeHeaders",
-    "topic",
-)
+    "assign subscribe subscribePattern startingOffsets endingOffsets "
+    "startingOffsetsByTimestamp endingOffsetsByTimestamp startingTimestamp "
+    "endingTimestamp startingOffsetsByTimestampStrategy failOnDataLoss "
+    "minPartitions maxRecordsPerPartition maxOffsetsPerTrigger minOffsetsPerTrigger "
+    "maxTriggerDelay fetchOffset.numRetries fetchOffset.retryIntervalMs "
+    "kafkaConsumer.pollTimeoutMs groupIdPrefix includeHeaders topic"
+).split()
 _KAFKA_CLIENT_CLASSES = {
     "source": (
         "org.apache.kafka.clients.consumer.ConsumerConfig",
@@ -68,11 +53,8 @@ _KAFKA_CLIENT_CLASSES = {
 
 
 class Kafka(Connector):
-    """Kafka sources and sinks: bootstrap servers and topics, Spark's Kafka
-    options and the client's settings, values encoded as JSON or Avro, the
-    brokers accepting each client (this machine's, then Spark's), topics that
-    exist, a new checkpoint that does not skip what a topic holds, and the
-    messages a query has not read."""
+    """Kafka sources and sinks: their options, values encoded as JSON or Avro,
+    brokers and topics checked before start, and the messages left unread."""
 
     name = "kafka"
     formats = ("kafka",)
@@ -83,14 +65,25 @@ class Kafka(Connector):
     client_prefix = "kafka."
 
     def source_problems(self, entry: Entry) -> list[Problem]:
-        return kafka_source_problems(
-            {**entry.load_options, **self.spark_options(entry)}
-        )
+        options = {**entry.load_options, **self.spark_options(entry)}
+        problems = []
+        if not options.get("kafka.bootstrap.servers"):
+            problems.append(_no_bootstrap("load_args"))
+        if not any(map(options.get, ("subscribe", "subscribePattern", "assign"))):
+            problems.append(
+                Problem(
+                    "reads Kafka without a topic",
+                    "add `load_args: {subscribe: <topic>}`",
+                    id="KAFKA_SOURCE_WITHOUT_TOPIC",
+                )
+            )
+        return problems
 
     def sink_problems(self, entry: Entry) -> list[Problem]:
-        return kafka_sink_problems(
-            {**entry.writer_options, **self.spark_options(entry)}
-        )
+        options = {**entry.writer_options, **self.spark_options(entry)}
+        if options.get("kafka.bootstrap.servers"):
+            return []
+        return [_no_bootstrap("save_args")]
 
     def data_problems(self, entry: Entry, data: DataFrame) -> list[Problem]:
         if entry.foreach_batch:
@@ -123,6 +116,12 @@ class Kafka(Connector):
         servers = client_config(entry).get("bootstrap.servers", "?")
         return f"Kafka {_topic(entry) or 'a topic column'} at {servers}"
 
+    def kept_by_reset(self, entry: Entry) -> str:
+        return (
+            "Its Kafka topic is left alone: the next run appends everything again "
+            "after what it holds."
+        )
+
     def unread(self, entry: Entry, committed: list[dict]) -> str | None:
         return unread_messages(entry, committed)
 
@@ -139,10 +138,6 @@ def _topic(entry: Entry) -> str | None:
     return next((str(options[key]) for key in keys if key in options), None)
 
 
-class LagUnknown(Exception):
-    """The brokers did not tell a topic's end offsets (the message says why)."""
-
-
 def _no_bootstrap(args: str) -> Problem:
     return Problem(
         "reads or writes Kafka without bootstrap servers",
@@ -151,32 +146,9 @@ def _no_bootstrap(args: str) -> Problem:
     )
 
 
-def kafka_sink_problems(options: dict[str, Any]) -> list[Problem]:
-    """What a Kafka sink's options (credentials' included) lack."""
-    if options.get("kafka.bootstrap.servers"):
-        return []
-    return [_no_bootstrap("save_args")]
-
-
-def kafka_source_problems(options: dict[str, Any]) -> list[Problem]:
-    """What a Kafka source's options (credentials' included) lack."""
-    problems = []
-    if not options.get("kafka.bootstrap.servers"):
-        problems.append(_no_bootstrap("load_args"))
-    if not any(options.get(key) for key in ("subscribe", "subscribePattern", "assign")):
-        problems.append(
-            Problem(
-                "reads Kafka without a topic",
-                "add `load_args: {subscribe: <topic>}`",
-                id="KAFKA_SOURCE_WITHOUT_TOPIC",
-            )
-        )
-    return problems
-
-
 def kafka_data_problems(data: DataFrame, topic: str | None) -> list[Problem]:
-    """What keeps a Kafka sink from writing ``data``: a ``value`` column,
-    and a topic (save_args' or a ``topic`` column)."""
+    """What keeps a Kafka sink from writing ``data``: a ``value`` column, and a
+    topic (save_args' or a ``topic`` column)."""
     problems = []
     if "value" not in data.columns:
         problems.append(
@@ -228,9 +200,8 @@ def _per_topic_problem(data: DataFrame, value_type: StructType) -> str | None:
 
 def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:
     """Per topic and partition, a Kafka source's latest offsets minus the
-    batch's end offsets; ``None`` for other sources, and where the latest
-    offsets were read before the batch ended (Real-Time Mode reads them when
-    a batch starts, and its tasks read on past them): no lag is known then."""
+    batch's end offsets; ``None`` for other sources, and where the latest were
+    read before the batch ended (Real-Time Mode's tasks read on past them)."""
     end, latest = source.get("endOffset"), source.get("latestOffset")
     if not str(source.get("description", "")).startswith("Kafka"):
         return None
@@ -249,11 +220,8 @@ def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:
 
 
 def unread_messages(dataset: Entry, committed: list[dict]) -> str:
-    """Messages in the topics after the offsets of the last committed batch.
-
-    Raises:
-        LagUnknown: The brokers did not tell (the message says why).
-    """
+    """Messages in the topics after the offsets of the last committed batch;
+    LagUnknown when the brokers do not tell."""
     from kafka import TopicPartition  # noqa: PLC0415
     from kafka.errors import KafkaError  # noqa: PLC0415
 
@@ -277,11 +245,9 @@ def unread_messages(dataset: Entry, committed: list[dict]) -> str:
                 f"the Kafka broker at {servers} "
                 f"{client_failure(servers, security, error, logged)}"
             ) from None
-    by_topic: dict[str, int] = {}
+    by_topic: Counter[str] = Counter()
     for partition, offset in partitions.items():
-        by_topic[partition.topic] = by_topic.get(partition.topic, 0) + max(
-            0, latest[partition] - offset
-        )
+        by_topic[partition.topic] += max(0, latest[partition] - offset)
     return ", ".join(
         f"{topic} {lag} messages" for topic, lag in sorted(by_topic.items())
     )
@@ -290,14 +256,9 @@ def unread_messages(dataset: Entry, committed: list[dict]) -> str:
 def encode_values(
     data: DataFrame, topic: str | None, avro: AvroOption | None
 ) -> DataFrame:
-    """``data`` with a struct ``value`` encoded as the Kafka sink writes it:
-    JSON (every field, nulls too), or Confluent-framed Avro with the
-    ``avro`` option, its schema registered under ``<topic>-value`` (a
-    version the subject's compatibility refuses fails, quoting the
-    registry). Without a ``topic`` in save_args, the rows name theirs in
-    a ``topic`` column and ``value`` holds one record per topic, named
-    after it; each row's own is encoded. Any other ``value`` is written
-    as it is."""
+    """``data`` with a struct ``value`` encoded as JSON (nulls too), or as
+    Confluent-framed Avro registered under ``<topic>-value`` with the ``avro``
+    option; per row's topic when ``value`` holds one record per topic."""
     if "value" not in data.columns:
         return data
     value_type = data.schema["value"].dataType

@@ -1,6 +1,8 @@
-"""Kafka's brokers asked directly, before any client retries: does the port
-speak TLS or plain, is the certificate trusted, is the login accepted, which
-topics may this user see; and the words for what a client failed on."""
+"""Kafka's brokers asked directly, at once: does the port speak TLS or plain,
+is the certificate trusted, is the SASL login accepted, which topics may this
+user see; and the words for what a client failed on. (kafka-python's clients
+retry a refused login until their bootstrap timeout, 30 s, and then say only
+that they could not bootstrap.)"""
 
 from __future__ import annotations
 
@@ -10,12 +12,8 @@ import socket
 import ssl
 import struct
 
-from kedro_streaming._connectors.kafka.sasl import (
-    MECHANISMS,
-    NotKafkaError,
-    listener_mismatch,
-    login_refusal,
-)
+from kafka.net.sasl import get_sasl_mechanism
+
 from kedro_streaming._connectors.kafka.security import KafkaSecurity
 from kedro_streaming.errors import StreamingConfigError
 
@@ -25,31 +23,33 @@ _VERIFY_CAUSES = {
     62: "presents a certificate that does not name the host it was reached by",
     64: "presents a certificate that does not name the address it was reached by",
 }
-
-
 # A Kafka ApiVersions request (version 0, correlation id 1, client id "check"):
 # the first request of every Kafka client, answered before any login.
 _API_VERSIONS = bytes.fromhex("0000000f00120000000000010005") + b"check"
-
-
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# Kafka's API keys (both asked at version 1) and error codes.
+_HANDSHAKE, _AUTHENTICATE = 17, 36
+_UNSUPPORTED_MECHANISM, _ILLEGAL_SASL_STATE, _AUTHENTICATION_FAILED = 33, 34, 58
+_TOPIC_AUTHORIZATION_FAILED = 29
+# A Kafka answer is a few KiB; more is another protocol's bytes read as a size
+# (an HTTP server's "HTTP" is 1.2 GB).
+_LARGEST_ANSWER = 100 * 1024 * 1024
+
+
+def _first_address(servers: str) -> tuple[str, str]:
+    host, _, port = servers.split(",", maxsplit=1)[0].strip().rpartition(":")
+    return host.strip("[]"), port
 
 
 def connection_problem(
     servers: str, security: KafkaSecurity, timeout: float = 5.0
 ) -> str | None:
     """What stops a client with ``security`` from talking Kafka to the first
-    broker of ``servers``, as the end of "the Kafka broker at X ...", or
-    None when it answers.
-
-    Found with a TCP connection, a TLS handshake as the Kafka client makes it
-    and a first Kafka request: an unknown CA, a hostname mismatch, an expired
-    or not yet valid certificate, a missing client certificate, a TLS client
-    on a plain port and the reverse; then a SASL login (PLAIN, SCRAM) the
-    brokers refuse (:func:`login_problem`).
-    """
-    host, _, port = servers.split(",", maxsplit=1)[0].strip().rpartition(":")
-    host = host.strip("[]")
+    broker of ``servers`` (a CA, hostname, certificate, TLS or plain port,
+    listener or login problem), as the end of "the Kafka broker at X ...";
+    None when it answers."""
+    host, port = _first_address(servers)
     try:
         raw = socket.create_connection((host, int(port)), timeout=timeout)
     except ConnectionRefusedError:
@@ -79,9 +79,8 @@ def connection_problem(
 def _listener_problem(
     servers: str, security: KafkaSecurity, timeout: float
 ) -> str | None:
-    """Whether the first broker of ``servers`` answers as Kafka, on a
-    listener that takes a SASL login if and only if ``security`` logs in
-    (:func:`listener_mismatch`); None when it does, or when this cannot tell."""
+    """Whether the first broker answers as Kafka, on a listener that takes a
+    SASL login if and only if ``security`` logs in; None when this cannot tell."""
     mechanism = security.mechanism if security.uses_sasl else "PLAIN"
     try:
         with _first_broker(servers, security, timeout) as connection:
@@ -100,10 +99,8 @@ def _listener_problem(
 def login_problem(
     servers: str, security: KafkaSecurity, timeout: float = 5.0
 ) -> str | None:
-    """Why the first broker of ``servers`` refuses ``security``'s SASL login
-    (PLAIN, SCRAM), from its own answer, at once; None when it accepts it,
-    or when this cannot tell (no SASL, another mechanism, no answer): the
-    Kafka client's own attempt then says."""
+    """Why the first broker refuses ``security``'s SASL login (PLAIN, SCRAM);
+    None when it accepts it or this cannot tell: the client's attempt says."""
     if not security.uses_sasl or security.mechanism not in MECHANISMS:
         return None
     client = security.kafka_python()
@@ -121,21 +118,13 @@ def login_problem(
 
 @contextlib.contextmanager
 def _first_broker(servers: str, security: KafkaSecurity, timeout: float):
-    """A connection to the first broker of ``servers``, over TLS if
-    ``security`` uses it."""
-    host, _, port = servers.split(",", maxsplit=1)[0].strip().rpartition(":")
-    host = host.strip("[]")
+    host, port = _first_address(servers)
     with socket.create_connection((host, int(port)), timeout=timeout) as raw:
         if not security.uses_tls:
             yield raw
             return
         with security.ssl_context.wrap_socket(raw, server_hostname=host) as tls:
             yield tls
-
-
-def _answers_kafka(connection) -> bool:
-    connection.sendall(_API_VERSIONS)
-    return len(connection.recv(4)) == 4
 
 
 def _tls_problem(  # noqa: PLR0911 (one return per cause)
@@ -145,7 +134,8 @@ def _tls_problem(  # noqa: PLR0911 (one return per cause)
         with security.ssl_context.wrap_socket(raw, server_hostname=host) as tls:
             # TLS 1.3 ends the client's handshake before the broker has seen
             # its certificate: a refused one shows at the first exchange.
-            if _answers_kafka(tls):
+            tls.sendall(_API_VERSIONS)
+            if len(tls.recv(4)) == 4:
                 return None
             return (
                 "closed the connection after the TLS handshake: if it requires a "
@@ -169,10 +159,9 @@ def _tls_problem(  # noqa: PLR0911 (one return per cause)
         return cause
     except ssl.SSLError as error:
         reason = error.reason or ""
-        if (
-            "CERTIFICATE_REQUIRED" in reason
-            or "BAD_CERTIFICATE" in reason
-            or ("UNKNOWN_CA" in reason)
+        if any(
+            s in reason
+            for s in ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA")
         ):
             return (
                 "requires a client certificate (mutual TLS) it trusts, which the "
@@ -221,6 +210,134 @@ def _plain_problem(raw: socket.socket, host: str) -> str | None:
     )
 
 
+def listener_mismatch(
+    connection: socket.socket, protocol: str, mechanism: str = "PLAIN"
+) -> str | None:
+    """Why the listener on ``connection`` (nothing sent on it yet) does not take
+    a SASL login as ``protocol`` says, or None, from its SaslHandshake answer:
+    ILLEGAL_SASL_STATE without SASL, its mechanisms with.
+
+    Raises:
+        OSError: The connection failed or closed.
+        ValueError: Not a Kafka broker's answer.
+    """
+    error, enabled = _Requests(connection).handshake(mechanism)
+    plain = "SSL" if protocol.upper() in ("SSL", "SASL_SSL") else "PLAINTEXT"
+    sasl = protocol.upper().startswith("SASL_")
+    if sasl and error == _ILLEGAL_SASL_STATE:
+        return (
+            f"takes no SASL login on this port (a {plain} listener), while "
+            f"security_protocol is {protocol.upper()} with a {mechanism} login: use "
+            f"the port of the brokers' {protocol.upper()} listener in "
+            f"kafka.bootstrap.servers, or set security_protocol to {plain} and "
+            "drop the login (username, password) from the credentials"
+        )
+    if not sasl and error in (0, _UNSUPPORTED_MECHANISM):
+        return (
+            f"expects a SASL login on this port (a SASL_{plain} listener, taking "
+            f"{', '.join(enabled) or 'no mechanism'}), while security_protocol is "
+            f"{protocol.upper()}: set security_protocol to SASL_{plain} with "
+            "sasl_mechanism, username and password in the credentials, or use the "
+            f"port of the brokers' {protocol.upper()} listener"
+        )
+    return None
+
+
+def login_refusal(
+    connection: socket.socket, mechanism: str, username: str, password: str
+) -> str | None:
+    """Logs in on ``connection`` (nothing sent on it yet) with kafka-python's
+    SASL messages: why the broker refused, or None.
+
+    Raises:
+        OSError: The connection failed or closed.
+        ValueError: The broker answered something else than a login's steps.
+    """
+    broker = _Requests(connection)
+    error, enabled = broker.handshake(mechanism)
+    if error == _UNSUPPORTED_MECHANISM:
+        return (
+            f"does not take the {mechanism} login (it takes "
+            f"{', '.join(enabled) or 'none'}): set sasl_mechanism in the credentials"
+        )
+    if error:
+        raise ValueError(f"SaslHandshake error {error}")
+    login = get_sasl_mechanism(mechanism)(
+        sasl_mechanism=mechanism,
+        sasl_plain_username=username,
+        sasl_plain_password=password,
+    )
+    while True:
+        error, answer = broker.authenticate(login.auth_bytes())
+        if error == _AUTHENTICATION_FAILED:
+            return (
+                f"refused the {mechanism} login of user '{username}': check the "
+                "password (and the user) of the credentials"
+            )
+        if error:
+            raise ValueError(f"SaslAuthenticate error {error}")
+        login.receive(answer)
+        if login.is_done():  # the broker accepted each step
+            return None
+
+
+class NotKafkaError(ValueError):
+    """What answered is not a Kafka broker."""
+
+
+class _Requests:
+    """Kafka requests (header v1, not flexible) on a blocking connection."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self._connection = connection
+        self._correlation = 0
+
+    def handshake(self, mechanism: str) -> tuple[int, list[str]]:
+        """SaslHandshake v1: its error code and the broker's mechanisms."""
+        answer = self._ask(_HANDSHAKE, _string(mechanism))
+        error, count = struct.unpack_from(">hi", answer)
+        offset, enabled = 6, []
+        for _ in range(max(count, 0)):
+            (length,) = struct.unpack_from(">h", answer, offset)
+            enabled.append(answer[offset + 2 : offset + 2 + length].decode())
+            offset += 2 + length
+        return error, enabled
+
+    def authenticate(self, message: bytes) -> tuple[int, bytes]:
+        """SaslAuthenticate v1: its error code and the server's bytes."""
+        answer = self._ask(_AUTHENTICATE, struct.pack(">i", len(message)) + message)
+        error, text_length = struct.unpack_from(">hh", answer)
+        offset = 4 + max(text_length, 0)
+        (length,) = struct.unpack_from(">i", answer, offset)
+        return error, answer[offset + 4 : offset + 4 + max(length, 0)]
+
+    def _ask(self, api_key: int, body: bytes) -> bytes:
+        self._correlation += 1
+        header = struct.pack(">hhi", api_key, 1, self._correlation) + _string("check")
+        self._connection.sendall(struct.pack(">i", len(header + body)) + header + body)
+        (size,) = struct.unpack(">i", self._read(4))
+        if not 4 <= size <= _LARGEST_ANSWER:
+            raise NotKafkaError(f"not a Kafka answer (a size of {size} bytes)")
+        answer = self._read(size)
+        if struct.unpack_from(">i", answer)[0] != self._correlation:
+            raise ValueError("an answer to another request")
+        return answer[4:]
+
+    def _read(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self._connection.recv(count - len(data))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            data += chunk
+        return data
+
+
+def _string(text: str) -> bytes:
+    encoded = text.encode()
+    return struct.pack(">h", len(encoded)) + encoded
+
+
 def login_refused(logged: list[str]) -> bool:
     text = " ".join(logged)
     return "SaslAuthenticationFailed" in text or "Authentication failed" in text
@@ -250,22 +367,14 @@ def _login_refused_on_retry(
     return False
 
 
-class _Collect(logging.Handler):
-    def __init__(self, messages: list[str]) -> None:
-        super().__init__(logging.ERROR)
-        self.messages = messages
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 @contextlib.contextmanager
 def kafka_python_logs():
     """Collects kafka-python's logged errors, and keeps them off the console:
     a refused login shows only there (the call itself then times out)."""
     messages: list[str] = []
     client_logger = logging.getLogger("kafka")
-    handler = _Collect(messages)
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = lambda record: messages.append(record.getMessage())
     propagate = client_logger.propagate
     client_logger.addHandler(handler)
     client_logger.propagate = False
@@ -279,11 +388,8 @@ def kafka_python_logs():
 def client_failure(
     servers: str, security: KafkaSecurity, error: Exception, logged: list[str]
 ) -> str:
-    """Why a kafka-python call failed, as the end of "the Kafka broker at X ...".
-
-    Args:
-        logged: What kafka-python logged meanwhile (:func:`kafka_python_logs`).
-    """
+    """Why a kafka-python call failed, as the end of "the Kafka broker at X
+    ..."; ``logged``: what kafka-python logged meanwhile."""
     try:
         problem = connection_problem(servers, security)
     except StreamingConfigError as store_error:
@@ -309,9 +415,6 @@ def client_failure(
         "kafka.bootstrap.servers is the port of the brokers' listener for the "
         f"credentials' security_protocol ({security.protocol})"
     )
-
-
-_TOPIC_AUTHORIZATION_FAILED = 29  # Kafka's error code
 
 
 def forbidden_topics(

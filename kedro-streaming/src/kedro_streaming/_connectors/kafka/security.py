@@ -1,20 +1,6 @@
-"""One Kafka security configuration for every client the project uses.
-
-A Kafka dataset's credentials entry is read once into :class:`KafkaSecurity`,
-which gives the same settings to Spark's Kafka client (``kafka.*`` options)
-and to kafka-python (the checks, ``kedro streams status``, the lag metrics,
-the development tools): protocol, SASL login, trust store, key store and
-hostname verification. The entry holds Kafka's own client settings with
-Spark's ``kafka.`` prefix, and may shorten the SASL login::
-
-    kafka:
-      security_protocol: SASL_SSL          # kafka.security.protocol
-      sasl_mechanism: SCRAM-SHA-512        # kafka.sasl.mechanism
-      username: taxi-app                   # with password: kafka.sasl.jaas.config
-      password: ${oc.env:KAFKA_SASL_PASSWORD}
-      kafka.ssl.truststore.location: /etc/kafka/ca.pem
-      kafka.ssl.truststore.type: PEM       # or JKS, PKCS12 (Kafka's default: JKS)
-"""
+"""One Kafka security configuration, read from a credentials entry, for every
+client the project uses: Spark's ``kafka.*`` options and kafka-python's
+arguments alike (protocol, SASL login, trust and key stores, hostnames)."""
 
 from __future__ import annotations
 
@@ -26,7 +12,6 @@ from functools import cached_property
 from typing import Any
 
 from kedro_streaming._connectors.kafka.stores import (
-    check_not_pem,
     load_key_and_chain,
     open_store,
     pem,
@@ -79,29 +64,19 @@ def jaas_config(mechanism: str, username: str, password: str) -> str:
 
 def jaas_options(config: str) -> dict[str, str]:
     """The options of a JAAS login (``username``, ``password``...), unescaped."""
-    options = {}
-    for name, quoted, bare in _JAAS_OPTION.findall(config):
-        if bare:
-            options[name] = bare
-            continue
-        options[name] = re.sub(
+    return {
+        name: bare
+        or re.sub(
             r"\\(.)", lambda m: _JAAS_UNESCAPE.get(m[1], m[1]), quoted, flags=re.S
         )
-    return options
+        for name, quoted, bare in _JAAS_OPTION.findall(config)
+    }
 
 
 class KafkaSecurity:
-    """The security settings of one Kafka credentials entry.
-
-    The entry (conf/<env>/credentials.yml, named by a dataset's ``credentials:``)::
-
-        kafka:
-          security_protocol: SSL
-          kafka.ssl.truststore.location: certs/ca.pem
-          kafka.ssl.truststore.type: PEM
-          kafka.ssl.keystore.location: certs/client.p12   # mutual TLS
-          kafka.ssl.keystore.type: PKCS12
-          kafka.ssl.keystore.password: ${oc.env:KAFKA_KEYSTORE_PASSWORD}
+    """The security settings of one Kafka credentials entry: Kafka's client
+    settings with Spark's ``kafka.`` prefix, and the short keys
+    ``security_protocol``, ``sasl_mechanism``, ``username`` and ``password``.
 
     Example:
         >>> from kedro_streaming import KafkaSecurity
@@ -197,8 +172,6 @@ class KafkaSecurity:
             load_key_and_chain(context, *key_and_chain)
         return context
 
-    # -- stores --------------------------------------------------------------
-
     def _store(self, store: str) -> tuple[str, str, str | None, bytes] | None:
         """A store's location, type, password and contents (None: not set)."""
         location = self.settings.get(f"ssl.{store}.location")
@@ -206,8 +179,7 @@ class KafkaSecurity:
             return None
         # Empty (a variable set to nothing) is Kafka's default too.
         kind = (self.settings.get(f"ssl.{store}.type") or "JKS").upper()
-        data = read_store(location, store)
-        check_not_pem(data, kind, location, store)
+        data = read_store(location, store, kind)
         return location, kind, self.settings.get(f"ssl.{store}.password"), data
 
     def _trusted_certificates(self) -> str | None:
@@ -261,15 +233,9 @@ class KafkaSecurity:
         return encrypted, chain, one_time
 
 
-# -- what stops a connection ---------------------------------------------------
-
-
-# -- kafka-python's failures ---------------------------------------------------
-
-
 def entry_security(entry: Any) -> KafkaSecurity:
-    """The security settings of every client of a catalog entry's brokers:
-    its credentials, and any ``kafka.`` option of its arguments."""
+    """The security of a catalog entry's clients: its credentials, and any
+    ``kafka.`` option of its arguments."""
     options = {**entry.load_options, **entry.writer_options}
     return KafkaSecurity(
         {key: value for key, value in options.items() if key.startswith("kafka.")}
@@ -279,8 +245,7 @@ def entry_security(entry: Any) -> KafkaSecurity:
 
 def client_config(entry: Any) -> dict[str, str]:
     """The Kafka client settings Spark derives from an entry's ``kafka.*``
-    options and credentials. Secrets included: for connection checks, never
-    for display."""
+    options and credentials (secrets included: never for display)."""
     options = {
         **entry.load_options,
         **entry.writer_options,
@@ -294,9 +259,8 @@ def client_config(entry: Any) -> dict[str, str]:
 
 
 def python_config(entry: Any) -> dict[str, Any]:
-    """The same settings as kafka-python's client arguments, for the
-    runtime's own calls to the brokers (topic checks, ``status``' lag, the
-    Real-Time Mode check). Secrets included: never for display."""
+    """The same settings as kafka-python's client arguments, for the runtime's
+    own calls to the brokers (secrets included: never for display)."""
     return {
         "bootstrap_servers": client_config(entry).get("bootstrap.servers"),
         **entry_security(entry).kafka_python(),

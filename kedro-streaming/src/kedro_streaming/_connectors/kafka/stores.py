@@ -12,36 +12,33 @@ from pathlib import Path
 
 from kedro_streaming.errors import StreamingConfigError
 
+_STORE_NAMES = {"truststore": "trust store", "keystore": "key store"}
 
-def read_store(location: str, kind: str) -> bytes:
-    setting = f"kafka.ssl.{kind}.location"
+
+def read_store(location: str, store: str, kind: str) -> bytes:
+    """A store's bytes, each failure named (a PEM file read as the JKS Kafka
+    assumes by default would fail on its password)."""
+    setting = f"kafka.ssl.{store}.location"
     try:
-        return Path(location).expanduser().read_bytes()
+        data = Path(location).expanduser().read_bytes()
     except FileNotFoundError:
         raise StreamingConfigError(
-            f"the {_STORE_NAMES[kind]} {location} ({setting} in the credentials) "
+            f"the {_STORE_NAMES[store]} {location} ({setting} in the credentials) "
             "does not exist: give the path of the file on this machine"
         ) from None
     except OSError as error:
         raise StreamingConfigError(
-            f"the {_STORE_NAMES[kind]} {location} ({setting} in the credentials) "
+            f"the {_STORE_NAMES[store]} {location} ({setting} in the credentials) "
             f"cannot be read: {error.strerror}: give the path of a file this user "
             "can read"
         ) from None
-
-
-_STORE_NAMES = {"truststore": "trust store", "keystore": "key store"}
-
-
-def check_not_pem(data: bytes, kind: str, location: str, store: str) -> None:
-    """A PEM file read as the JKS Kafka assumes by default fails on its
-    password: say what it is instead."""
     if kind != "PEM" and data.lstrip().startswith(b"-----BEGIN"):
         raise StreamingConfigError(
             f"the {_STORE_NAMES[store]} {location} is a PEM file, read as {kind}: "
             f"set kafka.ssl.{store}.type: PEM in the credentials "
             f"(KAFKA_SSL_{store.upper()}_TYPE=PEM with conf/kafka/credentials.yml)"
         )
+    return data
 
 
 def open_store(location, kind, password, data, store, key_password=None):  # noqa: PLR0917
@@ -87,20 +84,12 @@ def _jks_as_pkcs12(location, password, store, key_password):
         }
         command = [
             tool,
-            "-importkeystore",
-            "-noprompt",
-            "-srckeystore",
+            *"-importkeystore -noprompt -srckeystore".split(),
             location,
-            "-srcstoretype",
-            "JKS",
-            "-srcstorepass:env",
-            "KS_SOURCE_PASSWORD",
+            *"-srcstoretype JKS -srcstorepass:env KS_SOURCE_PASSWORD".split(),
             "-destkeystore",
             str(target),
-            "-deststoretype",
-            "PKCS12",
-            "-deststorepass:env",
-            "KS_TARGET_PASSWORD",
+            *"-deststoretype PKCS12 -deststorepass:env KS_TARGET_PASSWORD".split(),
         ]
         if store == "keystore":
             command += ["-srckeypass:env", "KS_KEY_PASSWORD"]
@@ -119,11 +108,8 @@ def _jks_as_pkcs12(location, password, store, key_password):
 
 def keytool() -> str:
     java_home = os.environ.get("JAVA_HOME")
-    found = (
-        str(Path(java_home) / "bin" / "keytool")
-        if java_home and (Path(java_home) / "bin" / "keytool").is_file()
-        else shutil.which("keytool")
-    )
+    in_home = Path(java_home or ".") / "bin" / "keytool"
+    found = str(in_home) if java_home and in_home.is_file() else shutil.which("keytool")
     if not found:
         raise StreamingConfigError(
             "reading a JKS store needs the JDK's keytool (on PATH or in JAVA_HOME): "
