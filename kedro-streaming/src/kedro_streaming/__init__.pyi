@@ -8,6 +8,7 @@ from ._connectors.delta import check_delta_package as check_delta_package
 from ._connectors.delta import delta_package_for as delta_package_for
 from ._connectors.kafka.clients import kafka_consumer as kafka_consumer
 from ._connectors.kafka.clients import kafka_producer as kafka_producer
+from ._connectors.kafka.connector import check_kafka_connector as check_kafka_connector
 from ._connectors.kafka.security import KafkaSecurity as KafkaSecurity
 from ._dataset import SparkStreamingDataset as SparkStreamingDataset
 from ._nodes.expectations import check_expectations as check_expectations
@@ -16,7 +17,6 @@ from ._nodes.records import PROVENANCE_COLUMNS as PROVENANCE_COLUMNS
 from ._nodes.records import parse_records as parse_records
 from ._nodes.records import record_origin as record_origin
 from ._run.hooks import StreamingQueryHooks as StreamingQueryHooks
-from ._session.packages import check_kafka_connector as check_kafka_connector
 from ._session.packages import local_scala_version as local_scala_version
 from ._session.session import SparkHooks as SparkHooks
 from ._session.session import spark_session as spark_session

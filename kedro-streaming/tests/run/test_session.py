@@ -16,6 +16,7 @@ from kedro_streaming import (
 from kedro_streaming._connectors.delta import (
     check_delta_package,
 )
+from kedro_streaming._connectors.kafka.connector import check_kafka_connector
 from kedro_streaming._session import jvm, packages, session
 from kedro_streaming._session.jvm import (
     _claim_recording,
@@ -24,7 +25,6 @@ from kedro_streaming._session.jvm import (
     class_archive,
 )
 from kedro_streaming._session.packages import (
-    check_kafka_connector,
     remember_resolution,
     without_resolution,
 )

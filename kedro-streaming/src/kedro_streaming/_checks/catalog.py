@@ -26,11 +26,8 @@ def check_streams_have_sinks(
     streaming: dict[str, SparkStreamingDataset],
     other_envs=dict,
 ) -> None:
-    """Fails when a stream would end in no sink.
-
-    A pipeline output downstream of a stream, without a catalog entry, would
-    be kept in memory by Kedro: its query would never start.
-    """
+    """Fails when a stream would end in no sink: an undeclared output that
+    Kedro keeps in memory, so its query never starts."""
     if not streaming:
         return
     downstream = pipeline.from_inputs(*streaming).all_outputs()
@@ -66,15 +63,9 @@ def _declared(catalog: DataCatalog, name: str) -> bool:
 def check_entries_named_as_used(
     catalog: DataCatalog, pipeline: Pipeline, used_elsewhere: set[str] | None = None
 ) -> None:
-    """Fails when the pipeline uses a dataset that the catalog does not
-    declare while it declares a streaming entry of a close name that no
-    pipeline uses: a misspelt entry, with which Kedro would keep the
-    pipeline's dataset in memory (a sink never written, a query never
-    started) and run the rest as if nothing were wrong.
-
-    Args:
-        used_elsewhere: The datasets of the project's other pipelines
-            (default: those of every pipeline :func:`all_pipelines` finds).
+    """Fails on a misspelt streaming entry: the pipeline uses an undeclared
+    dataset close to an entry no pipeline uses (Kedro would keep it in memory).
+    ``used_elsewhere``: other pipelines' datasets (default: ``all_pipelines``).
     """
     used = pipeline.datasets()
     undeclared = sorted(
@@ -110,8 +101,7 @@ def check_entries_named_as_used(
 
 
 def all_pipelines() -> dict[str, Pipeline]:
-    """Every pipeline of the project, whichever the run's ``--pipelines``
-    (Kedro then loads those only); none outside a project."""
+    """Every pipeline of the project, whatever ``--pipelines``; none outside one."""
     try:
         from kedro.framework.project import find_pipelines, pipelines  # noqa: PLC0415
     except ImportError:
@@ -132,18 +122,8 @@ def all_pipelines() -> dict[str, Pipeline]:
 def check_paths_reach_the_cluster(
     paths: dict[str, list[str]], where: str, env: str | None = None
 ) -> None:
-    """Fails on relative paths when Spark does not run in this process.
-
-    Executors on a cluster, or a Spark Connect server, resolve a relative path
-    against their own working directory (or the cluster's default file
-    system), so a run would write where this process cannot see, or read
-    nothing.
-
-    Args:
-        paths: Each dataset's folders and checkpoints.
-        where: Where Spark runs, for the message.
-        env: The run's environment, for the message.
-    """
+    """Fails on relative paths when Spark does not run in this process: a
+    cluster or Spark Connect server resolves them against its own folder."""
     relative = _relative(paths)
     if relative:
         raise StreamingConfigError(
@@ -158,18 +138,9 @@ def check_paths_reach_the_cluster(
 def check_paths_resolve_in_the_project(
     paths: dict[str, list[str]], project_path: Path | None
 ) -> None:
-    """Fails on relative paths when the run's folder is not the project's.
-
-    Kedro finds the project from any folder inside it, and makes a relative
-    ``filepath`` the project's; a checkpoint, and ``state_dir``, stay as
-    written, and Spark resolves them against the folder the command runs in:
-    from ``src/``, a stream would start a new checkpoint there and read its
-    sources again from the start, and the progress log would start afresh.
-
-    Args:
-        paths: The sinks' checkpoints, and the progress log's folder.
-        project_path: The project's folder; ``None`` checks nothing.
-    """
+    """Fails on relative paths when the run's folder is not the project's:
+    Kedro makes ``filepath`` the project's, but Spark resolves checkpoints
+    (and ``state_dir``) here, so streams would start afresh."""
     here = Path.cwd().resolve()
     project = Path(project_path).resolve() if project_path is not None else here
     relative = _relative(paths) if here != project else []
@@ -195,12 +166,8 @@ def _relative(paths: dict[str, list[str]]) -> list[str]:
 
 
 def check_catalog_has(catalog: DataCatalog, pipeline: Pipeline, other_envs) -> None:
-    """Fails on a pipeline input that the run's catalog does not have,
-    naming the environments whose catalog declares it.
-
-    Kedro itself would fail only after the SparkSession has started, naming
-    no environment.
-    """
+    """Fails on a pipeline input the run's catalog lacks, naming the
+    environments that declare it (Kedro would fail later, naming none)."""
     missing = sorted(name for name in pipeline.inputs() if name not in catalog)
     if not missing:
         return
@@ -231,12 +198,8 @@ def check_catalog_has(catalog: DataCatalog, pipeline: Pipeline, other_envs) -> N
 
 
 def catalog_names_by_env(config_loader) -> dict[str, Any]:
-    """The dataset names (and factory patterns, as patterns) each other
-    environment's catalog declares, by environment.
-
-    Args:
-        config_loader: The run's configuration loader.
-    """
+    """The dataset names (and factory patterns) each other environment's
+    catalog declares, by environment."""
     from kedro.io.catalog_config_resolver import CatalogConfigResolver  # noqa: PLC0415
 
     found = {}
@@ -257,9 +220,8 @@ def catalog_names_by_env(config_loader) -> dict[str, Any]:
 
 
 def loader_like(config_loader, **changes: Any):
-    """A configuration loader as the project's settings make one, over the
-    same ``conf/`` as ``config_loader``, with its env and runtime params
-    unless ``changes`` gives others."""
+    """A configuration loader as the project's settings make one, like
+    ``config_loader`` but for ``changes``."""
     from kedro.framework.project import settings  # noqa: PLC0415
 
     arguments = {
@@ -287,20 +249,18 @@ class _Declared:
 def streaming_datasets(
     catalog: DataCatalog, names: set[str]
 ) -> dict[str, SparkStreamingDataset]:
-    datasets = {}
-    for name in sorted(names):
-        if name in catalog:
-            dataset = catalog[name]
-            if isinstance(dataset, SparkStreamingDataset):
-                datasets[name] = dataset
-    return datasets
+    datasets = {name: catalog[name] for name in sorted(names) if name in catalog}
+    return {
+        name: each
+        for name, each in datasets.items()
+        if isinstance(each, SparkStreamingDataset)
+    }
 
 
 def query_sources(
     catalog: DataCatalog, pipeline: Pipeline, sink: str
 ) -> dict[str, SparkStreamingDataset]:
-    """The streaming datasets the sink's query reads: the graph back from the
-    sink through in-memory datasets, up to streaming datasets."""
+    """The streaming datasets the sink's query reads, back through memory."""
     producers = {output: node for node in pipeline.nodes for output in node.outputs}
     sources, stack, seen = {}, [sink], set()
     while stack:
@@ -318,8 +278,7 @@ def query_sources(
 
 
 def query_nodes(catalog: DataCatalog, pipeline: Pipeline, sink: str) -> list[str]:
-    """The nodes a sink's query runs: back from the sink through in-memory
-    datasets, up to streaming datasets (which another query writes)."""
+    """The nodes a sink's query runs, back through memory to streaming datasets."""
     producers = {output: node for node in pipeline.nodes for output in node.outputs}
     found, stack = [], [sink]
     while stack:
@@ -338,10 +297,8 @@ def query_nodes(catalog: DataCatalog, pipeline: Pipeline, sink: str) -> list[str
 
 
 def fan_out(catalog: DataCatalog, pipeline: Pipeline, sinks: list[str]) -> list[str]:
-    """Says which queries of a run each read the same sources through the
-    same nodes: each query reads its sources and runs those nodes on its own,
-    so the source is read, and every record parsed and checked, once per
-    query."""
+    """Says which queries each read the same sources through the same nodes,
+    so the source is read and every record checked once per query."""
     nodes = {sink: query_nodes(catalog, pipeline, sink) for sink in sinks}
     groups: dict[tuple[str, ...], list[str]] = {}
     for sink in sinks:

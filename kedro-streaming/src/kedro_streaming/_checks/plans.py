@@ -1,14 +1,8 @@
-"""Every streaming query of a run built before any starts: a dry run.
+"""A dry run: every streaming query of a run built and checked before any starts.
 
-The pipeline's nodes run on what the catalog loads, in the order Kedro runs
-them, and each sink's DataFrame is checked as Spark checks it when its query
-starts. ``kedro run`` does this before its first query starts, and ``kedro
-streams validate`` is this dry run: a node or parameter mistake is one line
-naming the node and its cause, and nothing has started.
-
-Nothing is written, no checkpoint is made and no offset is read: a streaming
-DataFrame reads nothing until its query starts. ``kedro run`` then starts the
-DataFrames it checked (``Plans.replay``): each node runs once.
+``kedro run`` does it first and ``kedro streams validate`` is it, so a node or
+parameter mistake is one line, before anything is written or read. The run
+then starts the DataFrames it checked (``Plans.replay``): each node runs once.
 """
 
 from __future__ import annotations
@@ -68,16 +62,11 @@ class Plans:
     """The dry run's outcome.
 
     Attributes:
-        frames: Each sink's DataFrame whose plan Spark would start, in the
-            order the nodes made them.
-        problems: One line per problem: ``query <sink>: node <node> fails:
-            <cause>``, or ``query <sink> (node <node>): <what Spark refuses>``.
-        stand_ins: The sinks among ``frames`` whose query reads a sink of this
-            run, which the dry run read as a stand-in (see ``_input``).
-        notes: One line per change a query may make, to say before it starts
-            (a column a sink gains).
-        returned: What each node's function returned, for the nodes not
-            built on a stand-in: the run's own.
+        frames: Each sink's DataFrame Spark would start, in node order.
+        stand_ins: The sinks among ``frames`` built on a stand-in for a sink
+            of this run (see ``_input``).
+        notes: Changes a query may make, said before it starts (a new column).
+        returned: What each node not built on a stand-in returned.
     """
 
     frames: dict[str, Any] = field(default_factory=dict)
@@ -87,15 +76,8 @@ class Plans:
     returned: dict[Node, Any] = field(default_factory=dict)
 
     def replay(self) -> Callable[[], None]:
-        """Makes each node in ``returned`` return, when the run calls it, what
-        it returned in the dry run (once; later calls run the function), so
-        the run starts the DataFrames that were checked and no node runs
-        twice. Returns what puts every function back (call it when the run
-        ends, whether or not each node ran).
-
-        A node built on a stand-in (it reads a sink of this run) runs again:
-        the run reads that sink once it is written.
-        """
+        """Makes each node in ``returned`` return its dry-run result on its
+        next call, so no node runs twice; returns what puts them back."""
         originals = {node: node.func for node in self.returned}
 
         def put_back() -> None:
@@ -114,14 +96,9 @@ def build_plans(
     *,
     bounded: bool | None = None,
 ) -> Plans:
-    """Runs the nodes that make ``sinks`` (the run's by default) on dry
-    inputs and checks each sink's DataFrame; other nodes (a batch report
-    after them) do not run. ``bounded``: every query gets an ``availableNow``
-    trigger (by default as the run says).
-
-    A node that fails is reported with the queries it belongs to; the nodes
-    after it are skipped (their inputs are missing).
-    """
+    """Runs the nodes that make ``sinks`` (the run's by default) on dry inputs
+    and checks each sink's DataFrame; a failed node's successors are skipped.
+    ``bounded``: every query gets an ``availableNow`` trigger."""
     catalog, pipeline = run.catalog, run.pipeline
     sinks = run.sinks if sinks is None else sinks
     bounded = run.bounded if bounded is None else bounded
@@ -168,11 +145,7 @@ def build_plans(
 
 
 def check_plans(spark: Any, run: RunSpec) -> Plans:
-    """``build_plans``, its notes logged, failing on any problem: one line each.
-
-    Raises:
-        StreamingConfigError: A query cannot start as its nodes build it.
-    """
+    """``build_plans``, its notes logged, failing on any problem: one line each."""
     plans = build_plans(spark, run)
     for note in plans.notes:  # said whether the run goes on or not
         logger.warning("%s.", note)
@@ -181,11 +154,7 @@ def check_plans(spark: Any, run: RunSpec) -> Plans:
 
 
 def raise_problems(plans: Plans) -> None:
-    """Fails on the queries that cannot start as their nodes build them.
-
-    Raises:
-        StreamingConfigError: ``plans`` has problems, one line each.
-    """
+    """Raises ``StreamingConfigError`` if ``plans`` has problems, one line each."""
     if plans.problems:
         raise StreamingConfigError(
             "Streaming queries cannot start as the pipeline's nodes build them "
@@ -205,11 +174,9 @@ def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
     *,
     bounded: bool = False,
 ) -> str | None:
-    """What Spark would refuse when starting the sink's query, without
-    starting it, or a change of its sink's schema or state that cannot be
-    resumed; ``None`` if nothing (a change that can is noted in ``plans``).
-    Each check of a sink's DataFrame belongs here: both ``kedro run`` and
-    ``validate`` make it."""
+    """What Spark would refuse when starting the sink's query, or a sink schema
+    or state change that cannot resume; ``None`` if nothing (notes go to
+    ``plans``). Every check of a sink's DataFrame belongs here."""
     try:
         frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
     except Exception as error:
@@ -310,9 +277,8 @@ def _leaves(key: str, value: Any) -> Iterator[tuple[str, Any]]:
 
 
 def _configuration_cause(error: BaseException) -> BaseException:
-    """The configuration error behind ``error``, if any; else the dataset's
-    own error behind Kedro's "Failed while loading data from dataset ...",
-    which quotes the dataset's whole description first."""
+    """The configuration error behind ``error``, else the dataset's own error
+    behind Kedro's "Failed while loading data from dataset ..." (too long)."""
     cause: BaseException | None = error
     while cause is not None:
         if isinstance(cause, StreamingConfigError):
@@ -330,11 +296,9 @@ def _input(
     frames: dict[str, Any],
     name: str,
 ) -> Any:
-    """A node's input in the dry run: a DataFrame built earlier in it; for a
-    sink of this run, a stream over it as the run reads it once written
-    (while it has nothing yet, a stream with its DataFrame's columns and no
-    operators: the run reads files, not the writer's plan); else the
-    catalog's."""
+    """A node's dry-run input: a DataFrame built earlier, a stream over a sink
+    of this run (a stand-in with its columns while it has nothing yet: the run
+    reads files, not the writer's plan), or the catalog's."""
     if name not in frames:
         return catalog.load(name)
     if name not in sinks:
@@ -380,8 +344,7 @@ def _run_recorded(node: Node, inputs: dict[str, Any]) -> tuple[Any, dict[str, An
 
 
 def _once(node: Node, returned: Any) -> Callable[..., Any]:
-    """A node's function that returns ``returned`` on its first call and
-    then is the function again."""
+    """A node's function that returns ``returned`` once, then is itself again."""
     func = node.func
 
     @functools.wraps(func)
@@ -402,8 +365,7 @@ def _set_func(node: Node, func: Callable[..., Any]) -> None:
 def _queries_of(
     pipeline: Pipeline, sinks: dict[str, SparkStreamingDataset], outputs: list[str]
 ) -> list[str]:
-    """The sinks whose queries need any of ``outputs``, directly or through
-    other queries."""
+    """The sinks whose queries need any of ``outputs``, even indirectly."""
     return [
         sink for sink in sinks if set(outputs) & pipeline.to_outputs(sink).all_outputs()
     ]

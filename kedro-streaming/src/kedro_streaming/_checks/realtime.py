@@ -11,29 +11,19 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from kedro_streaming._connectors.kafka.checks import (
-    BATCH_SIZE_OPTIONS,
-    source_tasks,
-)
-from kedro_streaming._dataset import (
-    SparkStreamingDataset,
-)
+from kedro_streaming._connectors.kafka.checks import BATCH_SIZE_OPTIONS, source_tasks
+from kedro_streaming._dataset import SparkStreamingDataset
 from kedro_streaming._spark import java_frame, jvm_of, plan_nodes
 from kedro_streaming.errors import StreamingConfigError
 
 # The first Spark with Real-Time Mode, and the first whose Real-Time Mode runs
 # stateful operators (streaming aggregations, dropDuplicates).
 REAL_TIME_SPARK = (4, 1)
-
-
 STATEFUL_REAL_TIME_SPARK = (4, 3)
 
-
-# Spark's loggers that report, at ERROR, the tasks a requested stop
-# interrupts in Real-Time Mode: about 100 lines ("Aborting task" with Kafka's
-# InterruptException, each partition's commit aborted). Nothing is lost: the
-# interval not yet checkpointed is written again at the next start, as the
-# run's closing line says.
+# Spark's loggers that report, at ERROR, the tasks a requested stop interrupts
+# in Real-Time Mode: about 100 lines, though nothing is lost (the interval not
+# yet checkpointed is written again at the next start).
 INTERRUPTED_TASK_LOGGERS = (
     "org.apache.spark.util.Utils",
     "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
@@ -77,11 +67,8 @@ INTERRUPTED_TASKS_END_SECONDS = 30.0
 
 
 def running_tasks(spark: SparkSession) -> int:
-    """The tasks running now in the driver's own executor (``local[...]``):
-    its thread pool's active threads, exact and at once (the status tracker's
-    count is the listener's, behind by up to a task, and a cancelled stage
-    leaves it before its tasks end). Elsewhere 0: the executors log their own
-    tasks, not the run."""
+    """The tasks running now in the driver's own executor (``local[...]``), else
+    0: its pool's active threads, exact, unlike the status tracker's count."""
     executor = jvm_of(spark).org.apache.spark.executor.Executor
     source = executor.executorSourceLocalModeOnly()
     if source is None:
@@ -96,14 +83,8 @@ def check_real_time(
     *,
     bounded: bool,
 ) -> None:
-    """Fails unless the run's Real-Time Mode queries can run on this Spark.
-
-    Args:
-        spark_version: The version of the Spark that runs.
-        sinks: The sinks whose queries run in Real-Time Mode.
-        sources_of: A sink's name -> the streaming datasets its query reads.
-        bounded: Whether the run forces a bounded trigger (available_now).
-    """
+    """Fails unless the run's Real-Time Mode ``sinks`` can run on this Spark.
+    ``sources_of``: a sink's name -> the streaming datasets its query reads."""
     problems = []
     for name, dataset in sinks.items():
         if spark_tuple(spark_version) < REAL_TIME_SPARK:
@@ -144,9 +125,8 @@ def check_real_time(
 def check_real_time_intervals(
     spark: SparkSession, sinks: dict[str, SparkStreamingDataset]
 ) -> None:
-    """Fails when a Real-Time Mode sink checkpoints more often than Spark
-    allows (``spark.sql.streaming.realTimeMode.minBatchDuration``): Spark
-    would fail the query once started, naming that setting only."""
+    """Fails when a Real-Time Mode sink checkpoints more often than Spark allows
+    (``minBatchDuration``): Spark would fail it once started."""
     jvm = jvm_of(spark)
     if jvm is None:  # Spark Connect: the server checks
         return
@@ -190,15 +170,9 @@ def _refuse_real_time(problems: list[str]) -> None:
 def check_real_time_task_slots(
     spark: SparkSession, sinks: dict[str, SparkStreamingDataset], sources_of
 ) -> None:
-    """Fails when a Real-Time Mode query would hold more tasks than a local
-    Spark has cores.
-
-    Such a query holds one task per partition of its Kafka topics (or
-    ``minPartitions``) for as long as it runs; a task that finds no free
-    core waits for the end of the batch, and its partition is never read,
-    without an error. Checked on a local master only, whose cores are known
-    before the query starts; a cluster's executors may still be joining.
-    """
+    """Fails when a Real-Time Mode query would hold more tasks (one per Kafka
+    partition) than a local Spark has cores: a partition without one is never
+    read, without an error. A cluster's cores are not known before start."""
     slots = _local_cores(spark.conf.get("spark.master", ""))
     if slots is None:
         return
@@ -244,11 +218,8 @@ _STATEFUL_NODES = {
 
 
 def real_time_plan_problem(frame: Any, spark_version: str) -> str | None:
-    """What Real-Time Mode in this Spark cannot run in ``frame``'s plan: its
-    stateful operators. Spark itself refuses them only once the query runs.
-
-    Over Spark Connect the plan is the server's: Spark checks it at the start.
-    """
+    """The stateful operators of ``frame``'s plan that Real-Time Mode in this
+    Spark cannot run (Spark refuses them only once the query runs)."""
     jdf = java_frame(frame)
     if jdf is None:
         return None

@@ -1,17 +1,10 @@
-"""A sink's committed schema against the schema its query will write, before
-the query starts.
+"""A sink's committed schema, and its checkpoint's state schemas, against what
+its query will write and keep, before it starts.
 
-A file sink (parquet, orc) keeps its schema in its committed files' footers;
-a Delta sink in its log. A column the query adds is accepted (rows written
-before read it as null) and said in one line; a column it no longer writes,
-or writes with another type, is refused, since readers could no longer combine
-old and new files. Nullability is not compared: Spark's file sinks and Delta's
-writers store every column as nullable.
-
-A stateful query's checkpoint records the schema of each operator's state
-(its keys and values); a plan whose state would differ is refused too, since
-Spark would fail it at its first micro-batch, or, for a key of another name
-and the same type, go on mixing old groups with new ones.
+An added column is noted; a dropped or retyped one is refused (readers could
+no longer combine old and new files), as is a state that differs (Spark would
+fail, or mix old groups with new). Nullability is not compared: sinks store
+every column as nullable.
 """
 
 from __future__ import annotations
@@ -46,10 +39,8 @@ class SchemaCheck:
 
 
 def check_sink_schema(name: str, dataset: Any, frame: DataFrame) -> SchemaCheck:
-    """Compares the committed schema of sink ``name`` (a
-    ``SparkStreamingDataset``) and its checkpoint's state with what ``frame``
-    would write and keep. Notes and problems are one line each, to follow
-    the sink's name."""
+    """Compares sink ``name``'s committed schema and state with what ``frame``
+    would write and keep: one line per note or problem."""
     check = SchemaCheck()
     committed = committed_schema(dataset, frame.sparkSession)
     if isinstance(committed, str):
@@ -87,9 +78,8 @@ def _fix(name: str) -> str:
 
 
 def committed_schema(dataset: Any, spark) -> StructType | str | None:
-    """The schema of the sink's committed data: ``None`` without any (or for
-    a format whose files do not carry one); a string saying why the
-    committed files cannot be read as one table."""
+    """The schema of the sink's committed data, ``None`` if none is known, or
+    a string saying why its files cannot be read as one table."""
     path, connector = dataset.path, dataset.connector
     if not path or dataset.foreach_batch or not dataset.checkpoint:
         return None
@@ -117,9 +107,8 @@ def committed_schema(dataset: Any, spark) -> StructType | str | None:
 def compare_schemas(
     committed: StructType, written: StructType, prefix: str = ""
 ) -> tuple[list[str], list[str]]:
-    """The columns ``written`` adds, and how it changes or drops committed
-    ones (each named with its types). Nested struct fields count as columns;
-    names are compared as Spark resolves them, ignoring case."""
+    """The columns ``written`` adds, and how it changes or drops committed ones
+    (nested fields included; names compared ignoring case, as Spark does)."""
     added, changed = [], []
     new = {f.name.lower(): f for f in written.fields}
     old = {f.name.lower() for f in committed.fields}
@@ -182,8 +171,7 @@ def _without(schema: StructType, columns: set[str]) -> StructType:
 
 
 def state_problem(checkpoint: str | None, frame: DataFrame) -> str | None:
-    """How the state that ``frame``'s stateful operators would keep differs
-    from what ``checkpoint`` recorded of it, if it does."""
+    """How ``frame``'s state would differ from ``checkpoint``'s, if it does."""
     if not checkpoint:
         return None
     stored = recorded_state_schemas(checkpoint)
@@ -236,11 +224,9 @@ def recorded_operator_count(checkpoint: str) -> int:
 
 
 def recorded_state_schemas(checkpoint: str) -> dict[int, tuple[StructType, StructType]]:
-    """Per stateful operator id, the key and value schemas Spark recorded in
-    ``<checkpoint>/state/<id>/0/_metadata/schema`` (Spark 4.x; the state
-    store of partition 0 keeps it for all; Java ``writeUTF`` strings:
-    the version, ``v1``: key and value JSON; ``v2``: each as a count of
-    chunks, then the chunks)."""
+    """Per stateful operator id, the key and value schemas Spark 4.x recorded
+    in ``<checkpoint>/state/<id>/0/_metadata/schema`` (``writeUTF`` strings:
+    the version, then key and value JSON, in ``v2`` each as counted chunks)."""
     fs, root = fsspec.core.url_to_fs(f"{checkpoint.rstrip('/')}/state")
     if not fs.exists(root):
         return {}
@@ -284,10 +270,8 @@ def _schema_file(content: bytes) -> tuple[StructType, StructType] | None:
 def planned_state_schemas(
     frame: DataFrame,
 ) -> list[tuple[str, StructType | None, StructType | None]] | None:
-    """The stateful operators of ``frame``'s physical plan, in the order Spark
-    numbers them (top down), each with the key and value schemas of its state
-    when this module knows them: aggregations keep their grouping keys and the
-    aggregate buffers, deduplications their keys."""
+    """The stateful operators of ``frame``'s plan, in Spark's order, each with
+    its state's key and value schemas where known."""
     jdf = java_frame(frame)
     if jdf is None:
         return None
@@ -302,10 +286,8 @@ def planned_state_schemas(
         )
         return StructType.fromJson(json.loads(json_text))
 
-    # A streaming Dataset's own executedPlan is refused outside a started
-    # query; explain() plans it as a micro-batch would (Spark 4.2's method,
-    # public to the JVM). Without it, or if the plan fails to build (the
-    # query's start then says why), there is no state check.
+    # executedPlan is refused outside a started query; explain() plans it as a
+    # micro-batch would. If that fails, the query's start says why.
     writer = _state_writer_class(jvm)
     try:
         plan = jdf.queryExecution().queryExecutionForExplain().executedPlan()

@@ -1,12 +1,5 @@
 """What Spark refuses, gets stuck on or lets grow in a query's state, found
-in its plan before the query starts.
-
-For ``transformWithState``, Spark says the first only when the query's
-first batch runs (a state store other than RocksDB) and the second never
-(processing-time timers keep a bounded run going: Spark runs a batch at
-every trigger to fire them, so an ``availableNow`` query never ends). A join
-of two streams with a side without a watermark Spark runs, keeping that
-side's rows for ever.
+in its plan before the query starts (Spark says it late, or never).
 """
 
 from __future__ import annotations
@@ -27,15 +20,13 @@ _OPERATOR = re.compile(r"TransformWithState\w*\b(.*)")
 
 def transform_with_state_modes(frame: Any) -> list[str]:
     """The time mode (``None``, ``ProcessingTime``, ``EventTime``) of each
-    ``transformWithState`` in the DataFrame's plan; ``[]`` over Spark
-    Connect, where the server checks it."""
+    ``transformWithState`` in the plan; ``[]`` over Spark Connect."""
     jframe = java_frame(frame)
     if jframe is None:
         return []
     modes = []
     for node in plan_nodes(jframe.queryExecution().analyzed()):
-        # The node's own line only: the whole plan's text costs 0.05 to
-        # 0.15 s on a fresh JVM, and most plans have no such node.
+        # The node's own line only: the whole plan's text costs up to 0.15 s.
         if not node.nodeName().startswith("TransformWithState"):
             continue
         match = _OPERATOR.search(node.simpleString(_FIELDS))
@@ -53,15 +44,8 @@ _FIELDS = 1000
 def transform_with_state_problem(
     spark: Any, frame: Any, *, bounded: bool
 ) -> str | None:
-    """Why the query's ``transformWithState`` cannot run as configured, with
-    the fix; ``None`` if it can (or the query has none).
-
-    Args:
-        spark: The run's session (its state store setting).
-        frame: The sink's DataFrame.
-        bounded: Whether the query runs with an ``availableNow`` or ``once``
-            trigger (``--params trigger=available_now``).
-    """
+    """Why the query's ``transformWithState`` cannot run as configured (with
+    a bounded trigger if ``bounded``), with the fix; ``None`` if it can."""
     modes = transform_with_state_modes(frame)
     if not modes:
         return None
@@ -110,9 +94,8 @@ _TREE_LINE = re.compile(r"^((?:[: ]  )*(?:[:+]- )?)(.*)$")
 
 
 def unwatermarked_join_note(frame: Any) -> str | None:
-    """What a join of two streams keeps for ever: each side without a
-    watermark below it (Spark never evicts its rows); ``None`` if none (or
-    over Spark Connect, where the plan is the server's)."""
+    """What a join of two streams keeps for ever: each side without a watermark
+    (Spark never evicts its rows); ``None`` if none, or over Spark Connect."""
     jframe = java_frame(frame)
     if jframe is None:
         return None
@@ -158,8 +141,7 @@ def unwatermarked_join_note(frame: Any) -> str | None:
 
 
 def source_names(nodes: list[str]) -> str:
-    """The streaming sources a part of a plan reads, as the plan names them:
-    a file source's folder, a Kafka source's topics."""
+    """The streaming sources a part of a plan reads, as the plan names them."""
     found = []
     for node in nodes:
         if not node.startswith("StreamingRelation"):
@@ -185,9 +167,8 @@ _MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
 
 
 def redefined_watermark_problem(spark: Any, frame: Any) -> str | None:
-    """A ``withWatermark`` over a stream that already has a watermark, which
-    Spark refuses only when the query's first batch is planned; ``None`` if
-    none (or over Spark Connect)."""
+    """A ``withWatermark`` over a stream that already has one, which Spark
+    refuses only at the query's first batch; ``None`` if none."""
     jframe = java_frame(frame)
     if jframe is None or spark.conf.get(_MULTIPLE, "true").strip().lower() != "true":
         return None

@@ -1,12 +1,6 @@
-"""The one interface of the things the runtime connects (files, Delta, Kafka,
-Avro on Kafka, the debugging sinks) and the catalog entry as they read it.
-
-A connector owns its formats' options, the problems of an entry (from
-conf/ alone), its checks before and with Spark, how its data is read and
-written, and its figures (a Delta table's version, a topic's unread
-messages). The run-level code reaches one only through
-``registry.connector_for`` or ``registry.CONNECTORS``; a connector never
-imports the run, and is handed the session it needs.
+"""The one interface of what the runtime connects (files, Delta, Kafka, ...),
+and the catalog entry as connectors read it. The run reaches a connector only
+through ``registry``; a connector never imports the run.
 """
 
 from __future__ import annotations
@@ -23,10 +17,8 @@ if TYPE_CHECKING:
 
 # Every sink counts the rows it writes under this name, in the query's progress.
 ROWS_WRITTEN_METRIC = "rows_written"
-# Every source counts the rows it reads under a name that starts so (one per
-# load: a query may read two sources, or one twice). Spark's numInputRows
-# counts what its reader hands on, which for parquet is after the query's
-# filters skipped row groups: not what the query read.
+# Every source counts the rows it reads under a name that starts so, one per
+# load: Spark's numInputRows counts rows after parquet's row-group skipping.
 ROWS_READ_METRIC = "rows_read"
 
 
@@ -53,11 +45,8 @@ class Entry(Protocol):
 
 @dataclass(frozen=True)
 class RunEntries:
-    """The streaming entries a run reads and writes.
-
-    ``readers`` maps each entry a query reads (a source, or a sink of the
-    run read back as a stream) to the sinks whose queries read it.
-    """
+    """The streaming entries a run reads and writes; ``readers`` maps each
+    entry a query reads to the sinks whose queries read it."""
 
     sources: dict[str, Entry]
     sinks: dict[str, Entry]
@@ -87,36 +76,26 @@ class Connector:
     behaviour unless the connector has its own."""
 
     name = "spark"
-    # The catalog's `file_format` values it owns.
     formats: tuple[str, ...] = ()
     # How messages name it: "a Kafka source option".
     label = ""
     # Whether a source needs a schema: not when the format fixes it (Kafka's
     # key/value, text's value) or the data carries it (Delta's log).
     takes_schema = True
-    # Whether a given schema is refused: the table carries its own.
-    keeps_schema = False
-    # Whether its files carry their schema, which Spark merges across files.
-    self_describing = False
-    # Whether a sink only appends (no update or complete output mode).
-    only_appends = False
-    # Whether Real-Time Mode reads and writes it.
+    keeps_schema = False  # a given schema is refused: the table has its own
+    self_describing = False  # its files carry their schema
+    only_appends = False  # a sink has no update or complete output mode
     real_time = False
-    # Whether a sink upserts by key (`merge_on`).
-    upserts = False
-    # Whether Avro values travel in it (the `avro` option).
+    upserts = False  # by key: `merge_on`
     carries_avro = False
-    # The prefix of options passed to its client (`kafka.`), if it has one.
     client_prefix: str | None = None
 
     def __init__(self, file_format: str = "") -> None:
-        # The format of the entry it serves ("" for the run's checks).
         self.file_format = file_format
         self.label = type(self).label or file_format
 
     def source_problems(self, entry: Entry) -> list[Problem]:
-        """What keeps the entry from being read, from conf/ and the file
-        system alone; each names its fix."""
+        """What keeps the entry from being read, from conf/ and files alone."""
         return []
 
     def sink_problems(self, entry: Entry) -> list[Problem]:
@@ -132,9 +111,7 @@ class Connector:
         return {}
 
     def option_names(self, names: Any, direction: str) -> list[str] | None:
-        """The reader (``source``) or writer (``sink``) options the running
-        Spark knows for it, read through ``names`` (an ``options.OptionNames``);
-        ``None`` when not known."""
+        """The ``source`` or ``sink`` options Spark knows for it, or ``None``."""
         return None
 
     def client_settings(self, names: Any, direction: str) -> set[str] | None:
@@ -161,8 +138,7 @@ class Connector:
         return f"{entry.file_format}{where}"
 
     def address(self, entry: Entry) -> str | None:
-        """Where its data lives, for a failed query's message (a topic and
-        its brokers); ``None`` where the run's lines say it already."""
+        """Where its data lives, for a failed query's message, if not said."""
         return None
 
     def holds_data(self, entry: Entry) -> bool:
@@ -174,28 +150,25 @@ class Connector:
         return []
 
     def kept_by_reset(self, entry: Entry) -> str:
-        """What ``kedro streams reset`` leaves of a sink without a folder, and
-        what that means for the next run."""
+        """What ``kedro streams reset`` leaves of a sink without a folder."""
         return ""
 
     def unread(self, entry: Entry, committed: list[dict]) -> str | None:
-        """What the source holds after a query's last committed offsets
-        (``committed``, one mapping per source), ``None`` where it has no such
-        figure.
-
-        Raises:
-            LagUnknown: The service did not tell.
-        """
+        """What the source holds past ``committed``; raises ``LagUnknown``."""
         return None
 
+    def check_package(
+        self, packages: str, spark_version: str, scala: str | None, fix: str | None
+    ) -> None:
+        """Fails unless its package among ``packages`` (``spark.jars.packages``)
+        fits the running Spark; ``fix`` says where to set the right one."""
+
     def problems(self, run: RunEntries) -> list[str]:
-        """What cannot work in the run's configuration, read from conf/ and the
-        file system only; each problem names its fix."""
+        """What cannot work in the run's configuration, from conf/ and files."""
         return []
 
     def check_before_spark(self, run: RunEntries) -> None:
         """Fails on what can be asked of outside services before Spark starts."""
 
     def check_with_spark(self, spark: SparkSession, run: RunEntries) -> None:
-        """Fails on what the running Spark or the services say, before any
-        query starts."""
+        """Fails on what Spark or the services say, before any query starts."""

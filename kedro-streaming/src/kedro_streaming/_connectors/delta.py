@@ -1,10 +1,7 @@
 """Delta Lake tables: the package check, exactly-once upserts, table care.
 
-Delta is optional: an environment turns it on in its ``spark.yml`` (the
-``io.delta:delta-spark`` package and its session extension, as conf/delta
-does) and declares ``file_format: delta`` in its catalog. Everything here is
-plain Spark SQL, so it works the same on a local master, a cluster and a
-Spark Connect server whose Spark has Delta.
+Optional (an environment's ``spark.yml`` adds the package, as conf/delta does);
+plain Spark SQL, so it works on any master and over Spark Connect.
 """
 
 from __future__ import annotations
@@ -55,9 +52,9 @@ _DELTA_PACKAGE = re.compile(
     r"io\.delta:delta-spark(?:_(?P<line>\d+\.\d+))?_(?P<scala>\d+\.\d+):"
     r"(?P<version>[^:,\s]+)"
 )
-# Delta's own switches for idempotent DML: a MERGE that carries an (app id,
-# version) pair the table has already recorded is skipped.
 _FIX = "set spark.jars.packages in the environment's spark.yml to"
+# Delta's switches for idempotent DML: a MERGE whose (app id, version) pair the
+# table has already recorded is skipped.
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _DELTA_OPTIONS = "org.apache.spark.sql.delta.DeltaOptions$"
@@ -75,6 +72,11 @@ class Delta(Connector):
     self_describing = True
     only_appends = True
     upserts = True
+
+    def check_package(
+        self, packages: str, spark_version: str, scala: str | None, fix: str | None
+    ) -> None:
+        check_delta_package(packages, spark_version, scala, fix)
 
     def source_problems(self, entry: Entry) -> list[Problem]:
         missing = missing_local_folder(entry.path)
@@ -112,10 +114,6 @@ class Delta(Connector):
 def delta_package_for(spark_version: str, scala_version: str = "2.13") -> str | None:
     """The newest Delta package built for this Spark's line, ``None`` if none is.
 
-    Args:
-        spark_version: A Spark version, e.g. ``4.1.1``.
-        scala_version: Its Scala binary version.
-
     Example:
         >>> from kedro_streaming import delta_package_for
         >>> delta_package_for("4.1.1")  # spark.jars.packages of conf/delta/spark.yml
@@ -144,16 +142,8 @@ def check_delta_package(
     scala_version: str | None,
     fix: str | None = None,
 ) -> None:
-    """Fails unless the Delta package among ``packages`` fits this Spark.
-
-    A Delta release runs only on the Spark line it is built for; on another,
-    it fails at its first table with a missing class or method.
-
-    Args:
-        packages: The value of ``spark.jars.packages``.
-        spark_version: The version of the Spark that runs.
-        scala_version: Its Scala binary version, if known.
-        fix: Where to set the right package; by default ``spark.yml``.
+    """Fails unless the Delta package in ``packages`` (``spark.jars.packages``)
+    fits this Spark: on another line, Delta fails at its first table.
 
     Example:
         >>> from kedro_streaming import check_delta_package
@@ -206,17 +196,8 @@ def upsert_batches(
 ) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function that MERGEs each micro-batch into a Delta table.
 
-    A row of the batch replaces the table's row with the same ``keys``, or is
-    added. Each MERGE carries Delta's idempotent-write pair: the query's id
-    (stable across restarts of one checkpoint) and the batch id. When a
-    restart replays a batch whose MERGE had already committed (the process
-    died before Spark recorded the batch as done), Delta skips it, so every
-    micro-batch is one commit of the table, once.
-
-    Args:
-        path: The Delta table, created beforehand (``create_delta_table``).
-        keys: The columns that identify a row.
-        checkpoint: The query's checkpoint, whose ``metadata`` holds its id.
+    Each MERGE carries the query's id and the batch id as Delta's idempotent
+    write pair, so a batch replayed after its commit is skipped: exactly once.
     """
     condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys)
     query_ids: dict[str, str] = {}
@@ -226,20 +207,16 @@ def upsert_batches(
         if checkpoint not in query_ids:
             query_ids[checkpoint] = _query_id(checkpoint)
         view = f"upserts_{query_ids[checkpoint].replace('-', '_')}"
-        # Every partition of the batch is computed first, even when Delta
-        # skips a replayed MERGE: a stateful query's batch whose partitions
-        # were not all computed never commits its state (Spark 4.2 fails it
-        # with STATE_STORE_COMMIT_VALIDATION_FAILED). The MERGE then reads it
-        # from memory.
+        # Every partition is computed even when Delta skips a replayed MERGE:
+        # else a stateful query never commits its state (Spark 4.2:
+        # STATE_STORE_COMMIT_VALIDATION_FAILED).
         batch.persist()
         batch.count()
         batch.createOrReplaceTempView(view)
         spark.conf.set(_TXN_APP_ID, query_ids[checkpoint])
         spark.conf.set(_TXN_VERSION, str(batch_id))
         try:
-            # Columns the query adds (checked before it starts: nothing else
-            # changes) join the table's schema; without evolution, MERGE
-            # would drop them without a word.
+            # Without evolution, MERGE would drop the query's new columns silently.
             spark.sql(
                 f"MERGE WITH SCHEMA EVOLUTION INTO delta.`{path}` AS t USING {view} "
                 f"AS s ON {condition} "
@@ -262,8 +239,7 @@ def create_delta_table(spark: SparkSession, path: str, data: DataFrame) -> None:
 
 
 def table_version(path: str) -> int | None:
-    """The latest version of the Delta table at ``path``, read from its log
-    without Spark; ``None`` when there is no table."""
+    """The latest version of the Delta table at ``path`` (from its log), or None."""
     fs, root = fsspec.core.url_to_fs(path)
     log = f"{root}/_delta_log"
     if not fs.exists(log):
@@ -279,9 +255,7 @@ def table_version(path: str) -> int | None:
 def optimize(spark: SparkSession, path: str) -> dict[str, Any]:
     """Compacts the table's small files (``OPTIMIZE``); returns Delta's metrics.
 
-    Safe while streams write or read the table: its commit adds and removes
-    files without changing data (``dataChange: false``), which appends do not
-    conflict with and Delta stream readers skip.
+    Safe while streams use the table: its commit changes no data.
     """
     row = spark.sql(f"OPTIMIZE delta.`{path}`").collect()[0]
     metrics = row["metrics"].asDict()
@@ -289,13 +263,8 @@ def optimize(spark: SparkSession, path: str) -> dict[str, Any]:
 
 
 def vacuum(spark: SparkSession, path: str, retain_hours: float) -> int:
-    """Deletes files the table no longer uses and that were removed more than
-    ``retain_hours`` ago (``VACUUM``); returns how many it deleted.
-
-    Time travel to a version needs its files: after this, versions older than
-    the retention may no longer be read. Delta refuses less than 168 hours
-    unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is false.
-    """
+    """Deletes files unused for more than ``retain_hours`` (``VACUUM``, which
+    ends time travel past it); returns how many it deleted."""
     before = _data_files(path)
     spark.sql(f"VACUUM delta.`{path}` RETAIN {retain_hours:g} HOURS").collect()
     return len(before - _data_files(path))

@@ -17,10 +17,7 @@ from kedro_streaming.problems import Problem, closest
 if TYPE_CHECKING:
     from kedro_streaming._connectors.options import OptionNames
 
-# The formats Spark's file source reads (its checkpoint logs each file) and
-# its file sink writes (append only).
 FILE_FORMATS = ("parquet", "json", "csv", "orc", "text", "avro")
-# Spark's option classes per file format (each lists its options).
 _FILE_OPTION_CLASSES = {
     "csv": "org.apache.spark.sql.catalyst.csv.CSVOptions$",
     "json": "org.apache.spark.sql.catalyst.json.JSONOptions$",
@@ -28,9 +25,8 @@ _FILE_OPTION_CLASSES = {
     "orc": "org.apache.spark.sql.execution.datasources.orc.OrcOptions$",
     "text": "org.apache.spark.sql.execution.datasources.text.TextOptions$",
 }
-# The file stream source's own options (Spark's FileStreamOptions, which
-# has no list), and those of every file source; modifiedBefore/After are
-# batch only.
+# The file stream source's own options (FileStreamOptions has no list), and
+# those of every file source; modifiedBefore/After are batch only.
 _FILE_STREAM_OPTIONS = (
     "maxFilesPerTrigger",
     "maxBytesPerTrigger",
@@ -47,24 +43,19 @@ _FILE_STREAM_OPTIONS = (
     "ignoreMissingFiles",
     "basePath",
 )
-# What every file sink takes besides its format's options.
 _FILE_SINK_OPTIONS = ("maxRecordsPerFile", "retention")
 
 
 def _sinks_inside_sources(
     sinks: dict[str, Entry], sources: dict[str, Entry]
 ) -> list[str]:
-    """A sink that writes inside the folder a source of the run reads (or
-    around it) would feed its own output back in."""
+    """Sinks inside (or around) a source's folder: they would read themselves."""
     problems = []
     for sink, sink_dataset in sinks.items():
         for source, source_dataset in sources.items():
             if not (sink_dataset.path and source_dataset.path):
                 continue
-            inner, outer = (
-                _folder(sink_dataset.path),
-                _folder(source_dataset.path),
-            )
+            inner, outer = _folder(sink_dataset.path), _folder(source_dataset.path)
             if inner == outer or outer in inner.parents or inner in outer.parents:
                 problems.append(
                     f"'{sink}' writes to '{sink_dataset.path}', inside or around "
@@ -76,20 +67,15 @@ def _sinks_inside_sources(
 
 
 def normal_path(path: str) -> str:
-    """One spelling per place: ``data/x/``, ``./data/x`` and the absolute
-    path of a local folder are the same checkpoint."""
+    """One spelling per place: ``data/x/``, ``./data/x`` and its absolute path."""
     if "://" in path and not path.startswith("file://"):
         return path.rstrip("/")
     return str(_folder(path))
 
 
-def _file_sinks_ahead_of_their_checkpoint(
-    sinks: dict[str, Entry],
-) -> list[str]:
-    """A file sink whose folder holds batches committed under an earlier
-    checkpoint, with a new checkpoint: Spark's file sink skips each batch
-    whose id its ``_spark_metadata`` log already has, so the new query's
-    first batches would be read, recorded as done, and never written."""
+def _file_sinks_ahead_of_their_checkpoint(sinks: dict[str, Entry]) -> list[str]:
+    """File sinks with a new checkpoint whose ``_spark_metadata`` log has batches:
+    Spark would skip as many new batches without writing them."""
     problems = []
     for name, dataset in sinks.items():
         if dataset.file_format not in FILE_FORMATS or not dataset.path:
@@ -140,9 +126,8 @@ def has_progress(checkpoint: str | None) -> bool:
 
 
 def source_position(checkpoint: str | None) -> list[str]:
-    """Where a query's sources stand: the source lines of its checkpoint's
-    last offsets file (Kafka offsets, a file source's log offset); empty
-    for a new checkpoint."""
+    """Where a query's sources stand: the source lines of its checkpoint's last
+    offsets file (empty for a new checkpoint)."""
     if not has_progress(checkpoint):
         return []
     fs, root = fsspec.core.url_to_fs(checkpoint)
@@ -158,8 +143,7 @@ def source_position(checkpoint: str | None) -> list[str]:
 
 
 def source_problems(entry: Entry, *, has_schema: bool) -> list[str]:
-    """What keeps a folder from being read: a local folder that is not
-    there, or files without a schema that are not a sink's."""
+    """What keeps a folder from being read: missing, or no schema to read by."""
     path = entry.path
     missing = missing_local_folder(path)
     if missing:
@@ -178,18 +162,14 @@ def source_problems(entry: Entry, *, has_schema: bool) -> list[str]:
 
 
 def _is_local_file_sink(path: str) -> bool:
-    """Whether ``path`` is a local folder written by a streaming file sink.
-
-    Remote folders (s3a://, abfss://...) are given the benefit of the doubt.
-    """
+    """Whether ``path`` is a streaming file sink's folder (remote: assumed so)."""
     if "://" in path and not path.startswith("file://"):
         return True
     return (Path(path.removeprefix("file://")) / "_spark_metadata").is_dir()
 
 
 def missing_local_folder(path: str | None) -> Problem | None:
-    """Says so when ``path`` is a local folder that does not exist, naming
-    the closest existing folders beside it."""
+    """Says so when local folder ``path`` does not exist, naming close ones."""
     if not path or ("://" in path and not path.startswith("file://")):
         return None
     folder = Path(path.removeprefix("file://"))
@@ -214,10 +194,8 @@ def missing_local_folder(path: str | None) -> Problem | None:
 
 
 class Files(Connector):
-    """File sources and sinks, one instance per format (the run's checks
-    take the one without): a source's folder and schema; a sink inside a
-    source's folder, a sink folder written under an earlier checkpoint, logs
-    that name another folder (a project moved or copied with its data)."""
+    """File sources and sinks, one instance per format (the run's checks take
+    the one without)."""
 
     name = "files"
     formats = FILE_FORMATS
@@ -253,10 +231,8 @@ class Files(Connector):
 
 
 def _logs_of_another_folder(run: RunEntries) -> list[str]:
-    """A checkpoint, or a file sink's log, that names files of another folder:
-    Spark keeps absolute paths, so a project moved or copied with its
-    checkpoints would fail at the first batch (``Wrong basePath``), and
-    again at every restart."""
+    """Checkpoints or file sink logs that name another folder's files: a project
+    moved with them would fail at the first batch (Spark keeps absolute paths)."""
     problems = []
     for name, sink in run.sinks.items():
         folders = [
@@ -300,8 +276,7 @@ def _recorded_source_folders(checkpoint: str | None) -> list[Path]:
 
 
 def _recorded_folder(log: Path) -> Path | None:
-    """The folder of the first file the newest entry of a Spark file log
-    (``<log>/<batch>``) names, if it has one."""
+    """The folder of the first file the newest entry of a Spark file log names."""
     entries = [p for p in log.glob("*") if p.name.split(".")[0].isdigit()]
     if not entries:
         return None

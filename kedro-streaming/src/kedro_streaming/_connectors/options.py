@@ -1,12 +1,8 @@
 """Spark's source and sink options, checked by name and value before start.
 
-Spark ignores an option it does not know: a misspelt ``startingOffsets`` on
-a new checkpoint silently skips what a Kafka topic holds. The names come
-from the running Spark and connectors themselves (the option lists of
-Spark's formats, the Kafka connector's keys, the Kafka client's
-configuration names, Delta's options), so they are those of the Spark line
-that runs. Over Spark Connect, whose JVM is the server's, only the values
-are checked.
+Spark ignores an option it does not know (a misspelt ``startingOffsets``
+silently skips a topic's data); names come from the running Spark's JVM, so
+over Spark Connect only values are checked.
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ INTERVAL_TRIGGERS = ("processingTime", "continuous", "realTime")
 
 
 class OptionNames:
-    """The option names the running Spark knows, per connector and direction,
-    read from the JVM (its connectors' classes) once each."""
+    """The option names the running Spark knows, per connector and direction."""
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
@@ -83,15 +78,13 @@ class OptionNames:
         self._known: dict[tuple[str, str, str], Any] = {}
 
     def known(self, connector: Connector, direction: str) -> dict[str, str] | None:
-        """Lower-case name -> spelling, for the reader (``source``) or writer
-        (``sink``) of ``connector``'s format; ``None`` when not known here
-        (another format, Spark Connect, a connector not loaded)."""
+        """Lower-case name -> spelling, for ``connector``'s ``source`` or
+        ``sink``; ``None`` when not known here (e.g. Spark Connect)."""
         names = self._read(connector, direction, connector.option_names)
         return None if names is None else {name.lower(): name for name in names}
 
     def client(self, connector: Connector, direction: str) -> set[str] | None:
-        """The settings its client takes (case-sensitive), without the prefix
-        Spark's options give them (``kafka.``)."""
+        """The settings its client takes, without their prefix (``kafka.``)."""
         names = self._read(connector, f"{direction} client", connector.client_settings)
         return None if names is None else set(names)
 
@@ -127,8 +120,7 @@ class OptionNames:
         return set(config.invoke(None, None))
 
     def constants(self, name: str) -> list[str]:
-        """The option-like string constants of a Scala object: what its code
-        looks options up by (``startingoffsets``, ``maxFilesPerTrigger``)."""
+        """The option-like string constants of a Scala object."""
         cls, module = self._module(name)
         found = []
         for method in cls.getDeclaredMethods():
@@ -145,8 +137,7 @@ class OptionNames:
 
 
 def _looks_like_option(value: str) -> bool:
-    """``startingoffsets`` or ``fetchoffset.numretries``, not a class name,
-    a message or a default value."""
+    """``fetchoffset.numretries``, not a class name, message or default."""
     return (
         value[0].isalpha()
         and all(part.isalnum() for part in value.split("."))
@@ -163,17 +154,8 @@ def option_problems(
     args_name: str,
     spark_version: str,
 ) -> list[str]:
-    """What is wrong with a dataset's reader or writer options, by name and
-    value; empty when nothing is.
-
-    Args:
-        names: The option names of the running Spark.
-        connector: The dataset's connector.
-        direction: ``source`` or ``sink``.
-        options: Its options.
-        args_name: Where they are set, for the message (``load_args``).
-        spark_version: The running Spark's version, for the message.
-    """
+    """What is wrong with a dataset's ``source`` or ``sink`` options, by name
+    and value; ``args_name`` says where they are set (``load_args``)."""
     problems = []
     known = names.known(connector, direction)
     prefix = connector.client_prefix
@@ -202,8 +184,7 @@ def option_problems(
 
 
 def value_problem(key: str, value: Any) -> str | None:
-    """What is wrong with an option's value, for options whose values have a
-    fixed vocabulary; ``None`` when nothing is (or nothing is known)."""
+    """What is wrong with an option's value of a fixed vocabulary, or ``None``."""
     name, text = key.lower(), str(value).strip()
     problem = None
     if name in _BOOLEAN and text.lower() not in ("true", "false"):
@@ -236,8 +217,7 @@ def _starting_offsets_problem(text: str) -> str | None:
 
 
 def interval_problem(spark: SparkSession, interval: str) -> str | None:
-    """Why Spark cannot read ``interval`` as a trigger's (``10 seconds``),
-    or ``None``."""
+    """Why Spark cannot read ``interval`` as a trigger's, or ``None``."""
     jvm = jvm_of(spark)
     if jvm is None:
         return None

@@ -29,18 +29,12 @@ def read_stream(  # noqa: PLR0913 (a source's parts)
     written_schema: StructType | None = None,
     keep_watermark: bool = False,
 ) -> DataFrame:
-    """A streaming DataFrame over a source.
+    """A streaming DataFrame over a source, without its writer's watermark mark
+    (no query reading it advances it) unless ``keep_watermark``.
 
-    A table written by a stream with a watermark carries Spark's mark on its
-    event-time column, which no query reading it advances: it is read
-    without it, unless ``keep_watermark``.
-
-    Without a ``schema``, a folder takes the schema of its committed files:
-    Spark's batch reader follows a file sink's ``_spark_metadata`` log,
-    whereas streaming inference would also open files of a batch still
-    being written. Parquet and ORC footers are merged, so that a column added
-    by a later run is read (null in older files); ``written_schema``, what
-    this process's own query writes there, wins over the committed one.
+    Without a ``schema``, a folder takes its committed files' (merged) schema,
+    as the batch reader follows the sink's log; ``written_schema`` (what this
+    process writes there) wins over it.
     """
     file_format = connector.file_format
     reader = spark.readStream.format(file_format).options(**options)
@@ -48,8 +42,7 @@ def read_stream(  # noqa: PLR0913 (a source's parts)
         schema = None  # the table carries its own; Spark refuses another
     try:
         if schema is None and path and connector.takes_schema:
-            # Read even when this process writes the sink: a folder
-            # without committed files has nothing to stream yet.
+            # Read even when this process writes it: no files, nothing to stream.
             batch = spark.read.format(file_format)
             if connector.self_describing:
                 batch = batch.option("mergeSchema", "true")
@@ -78,8 +71,7 @@ def read_stream(  # noqa: PLR0913 (a source's parts)
 
 
 def drop_watermark(frame: DataFrame) -> DataFrame:
-    """``frame`` without Spark's watermark mark on any column (a projection
-    where one has it), its other metadata kept."""
+    """``frame`` without Spark's watermark mark on any column."""
     for field in frame.schema.fields:
         if WATERMARK_KEY in field.metadata:
             kept = {k: v for k, v in field.metadata.items() if k != WATERMARK_KEY}
@@ -122,13 +114,8 @@ def start_query(
     query_name: str | None,
     upserted: DataFrame,
 ) -> StreamingQuery:
-    """Starts the query that writes ``data`` to a sink.
-
-    Args:
-        data: What the query writes (encoded, observed).
-        options: The writer's options, credentials' included.
-        upserted: The node's DataFrame, whose schema a ``merge_on`` table takes.
-    """
+    """Starts the query that writes ``data`` (encoded, observed) to a sink;
+    ``upserted``: the node's DataFrame, whose schema a ``merge_on`` table takes."""
     sink = entry.sink
     writer = data.writeStream.outputMode(sink.output_mode).option(
         "checkpointLocation", sink.checkpoint
@@ -140,8 +127,7 @@ def start_query(
         writer = writer.queryName(query_name)
     if trigger:
         writer = with_trigger(writer, trigger)
-    if sink.partition_by:
-        columns = sink.partition_by
+    if columns := sink.partition_by:
         writer = writer.partitionBy(
             *([columns] if isinstance(columns, str) else columns)
         )

@@ -21,19 +21,11 @@ import pyspark
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
-from kedro_streaming.errors import StreamingConfigError
-
 # Named as before 0.7.0: projects' logging.yml may set its level.
 logger = logging.getLogger("kedro_streaming.session")
 # Where runs keep what they may reuse: resolved packages, class archives.
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
-# Spark's own packages, released with each Spark version.
-_SPARK_PACKAGE = re.compile(
-    r"org\.apache\.spark:(?P<artifact>spark-sql-kafka-0-10|spark-avro)"
-    r"_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
-)
-_PACKAGE_NAMES = {"spark-sql-kafka-0-10": "the Kafka connector", "spark-avro": "Avro"}
 # The jars `spark.jars.packages` resolved to, remembered per set of packages
 # so that later starts skip Ivy (about 0.5 s at every `kedro run`).
 RESOLVED_PACKAGES = CACHE / "spark-packages"
@@ -115,43 +107,6 @@ def send_package(spark: SparkSession, name: str) -> None:
     else:
         spark.sparkContext.addPyFile(str(archive))
     logger.info("Sent the package %s to the executors as %s.", name, archive.name)
-
-
-def check_kafka_connector(
-    packages: str,
-    spark_version: str,
-    scala_version: str | None,
-    fix: str | None = None,
-) -> None:
-    """Fails unless Spark's packages (the Kafka connector, Avro) among
-    ``spark.jars.packages`` fit the running Spark; ``fix`` says where to set
-    the right one (default: ``spark.yml``).
-
-    Example:
-        >>> from kedro_streaming import check_kafka_connector
-        >>> package = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
-        >>> check_kafka_connector(package, "4.1.1", "2.13")  # it fits: no error
-        >>> check_kafka_connector(package, "4.2.0", "2.13")
-        Traceback (most recent call last):
-          ...
-        kedro_streaming.errors.StreamingConfigError: spark.yml asks for the Kafka
-        connector org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1, but the running
-        Spark is 4.2.0 ... use org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0, ...
-    """
-    for match in _SPARK_PACKAGE.finditer(packages):
-        wrong_version = match["version"] != spark_version
-        wrong_scala = scala_version is not None and match["scala"] != scala_version
-        if wrong_version or wrong_scala:
-            scala = scala_version or match["scala"]
-            raise StreamingConfigError(
-                f"spark.yml asks for {_PACKAGE_NAMES[match['artifact']]} "
-                f"{match[0]}, but the running Spark is {spark_version}"
-                + (f" built for Scala {scala_version}" if scala_version else "")
-                + f". Fix: {fix or 'in spark.jars.packages of conf/base/spark.yml, use'} "
-                f"org.apache.spark:{match['artifact']}_{scala}:{spark_version}"
-                + ("" if fix else ", or install the pyspark the package was built for")
-                + "."
-            )
 
 
 def local_scala_version() -> str | None:

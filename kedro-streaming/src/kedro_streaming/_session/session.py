@@ -19,14 +19,13 @@ from kedro.framework.hooks import hook_impl
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
-from kedro_streaming._connectors.delta import check_delta_package
+from kedro_streaming._connectors.registry import CONNECTORS
 from kedro_streaming._session.jvm import (
     records_class_archive,
     start_jvm,
     with_project_files,
 )
 from kedro_streaming._session.packages import (
-    check_kafka_connector,
     local_scala_version,
     remember_resolution,
     send_package,
@@ -75,8 +74,8 @@ def configure_spark(
     _ui_address[:] = [str(streaming.get("spark_ui_address", "127.0.0.1") or "")]
     if not conf.get("spark.remote"):  # a Connect server brings its own packages
         packages, scala = conf.get("spark.jars.packages", ""), local_scala_version()
-        for check in (check_kafka_connector, check_delta_package):
-            check(packages, pyspark.__version__, scala)
+        for connector in CONNECTORS:
+            connector.check_package(packages, pyspark.__version__, scala, None)
     _settings.clear()
     _settings.update(conf)
 
@@ -116,12 +115,12 @@ def spark_session() -> SparkSession:
         _quiet_local_logs(spark)
     # The packages the running Spark loaded: a Connect server's or a cluster's
     # Spark may differ from the local PySpark.
-    for check in (check_kafka_connector, check_delta_package):
-        check(
+    for connector in CONNECTORS:
+        connector.check_package(
             spark.conf.get("spark.jars.packages", None) or "",
             spark.version,
             None,
-            fix=f"restart the Spark Connect server at {remote} with --packages"
+            f"restart the Spark Connect server at {remote} with --packages"
             if remote
             else None,
         )

@@ -1,34 +1,10 @@
 """Test a streaming node or pipeline micro-batch by micro-batch, in pytest.
 
-Give ``StreamTest`` a node function, a Kedro node or a pipeline, the schema of
-each streaming input and the value of each static one; then feed it chosen
-micro-batches, one ``step`` at a time, and assert on what each sink wrote::
-
-    def test_a_window_is_emitted_once_the_watermark_passes_it(stream_test):
-        summary = stream_test(
-            summarise_hourly_by_borough,
-            streams={"valid_trips": "lpep_dropoff_datetime TIMESTAMP, ..."},
-            static={"taxi_zones": zones, "summary": {...}},
-        )
-        assert summary.step(valid_trips=[trip_at(6, 5)]).rows == []
-        closing = summary.step(valid_trips=[trip_at(7, 20)])
-        assert closing.rows == [(datetime(2024, 3, 1, 6), ...)]
-        assert closing.watermark == datetime(2024, 3, 1, 7, 10)
-
-How it runs: each streaming input is Spark's parquet file source over a folder
-of its own, and a step adds one file per input it feeds. Each sink is a query
-with its own checkpoint, started for the step with the ``availableNow``
-trigger: it runs the micro-batch of the step's data, then the batch without
-data that Spark runs when the watermark has moved (where append mode emits
-the windows it closed), and stops. So the state, the watermark and the
-sources' offsets pass from step to step through the checkpoint, exactly as
-they pass from one run to the next; ``restart`` goes further and builds the
-queries again from the node functions, as a new ``kedro run`` does.
-
-What it cannot check: Kafka's offsets, partitions and headers (the rows come
-from files), Real-Time Mode (a trigger that does not stop by itself), the
-project's sinks and their catalog options (rows are collected from each
-micro-batch, as ``foreachBatch`` gives them), and timings.
+Each streaming input is a parquet file source over a folder of its own; each
+sink is a query with its own checkpoint, run per ``step`` with the
+``availableNow`` trigger, so state, watermark and offsets pass from step to
+step as from one run to the next. Not covered: Kafka's offsets and headers,
+Real-Time Mode, the project's sinks and their options, and timings.
 """
 
 from __future__ import annotations
@@ -54,10 +30,7 @@ class StreamTest:
     """Runs a node function, a node or a pipeline on micro-batches you choose.
 
     ``step`` returns a ``Step`` for a node function, and ``{sink: Step}`` for
-    a node or a pipeline, whose sinks are its outputs that no node of it
-    reads (or those named in ``sinks``). Outputs passed from node to node stay
-    in one query, as DataFrames do between nodes within a run. In pytest, the
-    ``stream_test`` fixture makes one on the test session, in a folder of its own.
+    a node or pipeline (sinks: outputs no node of it reads, or ``sinks``).
 
     Example:
         >>> import tempfile
@@ -88,17 +61,12 @@ class StreamTest:
         """Builds the queries; nothing runs until the first ``step``.
 
         Args:
-            spark: The session to run on.
-            target: A node function (its parameters are the input names; one
-                with a default is left to it unless given), a Kedro ``node``
-                or a ``Pipeline`` (its dataset names are).
+            target: A node function (its parameters are the input names), a
+                Kedro ``node`` or a ``Pipeline`` (its dataset names are).
             streams: Each streaming input's schema, as DDL or a ``StructType``.
             static: The other inputs: DataFrames, pandas DataFrames or lists
-                of dicts (made DataFrames), or any other value, passed as is
-                (parameters).
-            output_mode: ``append``, ``update`` or ``complete``; for several
-                sinks, ``{sink: mode}`` (``append`` where not given).
-            sinks: Outputs to report, if not the pipeline's outputs.
+                of dicts (made DataFrames), or other values, passed as is.
+            output_mode: For several sinks, ``{sink: mode}`` (default append).
             workdir: An empty folder for the inputs' files and checkpoints.
         """
         self._spark = spark
@@ -135,13 +103,8 @@ class StreamTest:
     def step(self, **batches: Any) -> Step | dict[str, Step]:
         """Feeds one micro-batch and runs every sink's query until it is done.
 
-        Args:
-            **batches: Per streaming input, its rows for this step: dicts,
-                tuples or ``Row``s in the schema's order, or a pandas
-                DataFrame. An input left out, or given no rows, gets nothing.
-
-        Returns:
-            A ``Step`` for a node function; ``{sink: Step}`` otherwise.
+        ``batches``: per streaming input, its rows (dicts, tuples or ``Row``s
+        in the schema's order, or a pandas DataFrame); left out means none.
         """
         unknown = sorted(set(batches) - set(self._schemas))
         if unknown:
@@ -167,12 +130,9 @@ class StreamTest:
     def restart(self, *, replay_last_batch: bool = False, **static: Any) -> None:
         """Builds the queries again from the node functions, as a new run does.
 
-        Args:
-            replay_last_batch: As after a crash between a micro-batch's write
-                and its commit: each sink's last batch is taken out of its
-                checkpoint's commit log, so the next step runs it again, with
-                the same batch id and input, before any new data.
-            **static: Static inputs to replace (e.g. changed parameters).
+        ``replay_last_batch`` takes each sink's last batch out of its commit
+        log (as after a crash before the commit), so the next step reruns it;
+        ``static`` replaces static inputs (e.g. changed parameters).
         """
         self.close()
         self._static.update(static)
@@ -181,8 +141,7 @@ class StreamTest:
             query.uncommit_last_batch()
 
     def close(self) -> None:
-        """Stops the queries that run from step to step (processing-time
-        timers); the ``stream_test`` fixture calls it after the test."""
+        """Stops the queries; the ``stream_test`` fixture calls it after the test."""
         for query in self._queries.values():
             query.stop()
 
@@ -213,8 +172,7 @@ class StreamTest:
         return folder
 
     def _land(self, name: str, rows: Any) -> None:
-        """Writes ``rows`` as one parquet file, moved whole into the input's
-        folder so that the source never lists it half-written."""
+        """Writes ``rows`` as one parquet file, moved in whole: never half-read."""
         if len(rows) == 0:
             return
         staging = self._workdir / "staging" / f"{name}-{self._steps}"

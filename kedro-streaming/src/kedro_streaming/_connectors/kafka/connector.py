@@ -4,6 +4,7 @@ far a query's sources are behind (lag)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from contextlib import closing
 from typing import TYPE_CHECKING, Any
@@ -124,6 +125,11 @@ class Kafka(Connector):
 
     def unread(self, entry: Entry, committed: list[dict]) -> str | None:
         return unread_messages(entry, committed)
+
+    def check_package(
+        self, packages: str, spark_version: str, scala: str | None, fix: str | None
+    ) -> None:
+        check_kafka_connector(packages, spark_version, scala, fix)
 
     def check_with_spark(self, spark: SparkSession, run: RunEntries) -> None:
         timeout = float(run.settings.get("kafka_connect_timeout", 30))
@@ -295,3 +301,48 @@ def encode_values(
         )
     )
     return data.withColumn("value", value.otherwise(unknown))
+
+
+# Spark's own packages, released with each Spark version.
+_SPARK_PACKAGE = re.compile(
+    r"org\.apache\.spark:(?P<artifact>spark-sql-kafka-0-10|spark-avro)"
+    r"_(?P<scala>[\d.]+):(?P<version>[^:,\s]+)"
+)
+_PACKAGE_NAMES = {"spark-sql-kafka-0-10": "the Kafka connector", "spark-avro": "Avro"}
+
+
+def check_kafka_connector(
+    packages: str,
+    spark_version: str,
+    scala_version: str | None,
+    fix: str | None = None,
+) -> None:
+    """Fails unless Spark's packages (the Kafka connector, Avro) among
+    ``spark.jars.packages`` fit the running Spark; ``fix`` says where to set
+    the right one (default: ``spark.yml``).
+
+    Example:
+        >>> from kedro_streaming import check_kafka_connector
+        >>> package = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
+        >>> check_kafka_connector(package, "4.1.1", "2.13")  # it fits: no error
+        >>> check_kafka_connector(package, "4.2.0", "2.13")
+        Traceback (most recent call last):
+          ...
+        kedro_streaming.errors.StreamingConfigError: spark.yml asks for the Kafka
+        connector org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1, but the running
+        Spark is 4.2.0 ... use org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0, ...
+    """
+    for match in _SPARK_PACKAGE.finditer(packages):
+        wrong_version = match["version"] != spark_version
+        wrong_scala = scala_version is not None and match["scala"] != scala_version
+        if wrong_version or wrong_scala:
+            scala = scala_version or match["scala"]
+            raise StreamingConfigError(
+                f"spark.yml asks for {_PACKAGE_NAMES[match['artifact']]} "
+                f"{match[0]}, but the running Spark is {spark_version}"
+                + (f" built for Scala {scala_version}" if scala_version else "")
+                + f". Fix: {fix or 'in spark.jars.packages of conf/base/spark.yml, use'} "
+                f"org.apache.spark:{match['artifact']}_{scala}:{spark_version}"
+                + ("" if fix else ", or install the pyspark the package was built for")
+                + "."
+            )
