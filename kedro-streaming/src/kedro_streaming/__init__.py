@@ -64,6 +64,4 @@ def _stub_names() -> dict[str, list[str]]:
     return names
 
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(
-    __name__, submod_attrs=_stub_names()
-)
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs=_stub_names())
