@@ -91,8 +91,11 @@ def _jks_as_pkcs12(location, password, store, key_password):
             str(target),
             *"-deststoretype PKCS12 -deststorepass:env KS_TARGET_PASSWORD".split(),
         ]
-        if store == "keystore":
-            command += ["-srckeypass:env", "KS_KEY_PASSWORD"]
+        if store == "keystore" and key_password and key_password != password:
+            # keytool takes a key password for one entry only: the key's.
+            alias = _private_key_alias(tool, location, env)
+            command += ["-srcalias", alias, "-srckeypass:env", "KS_KEY_PASSWORD"]
+            command += ["-destkeypass:env", "KS_TARGET_PASSWORD"]
         done = subprocess.run(
             command, env=env, capture_output=True, text=True, check=False
         )
@@ -104,6 +107,21 @@ def _jks_as_pkcs12(location, password, store, key_password):
                 f"check the password, and kafka.ssl.{store}.type"
             )
         return target.read_bytes(), fresh
+
+
+def _private_key_alias(tool: str, location: str, env: dict[str, str]) -> str:
+    """The alias of the first private key of a JKS store ("" if none)."""
+    listed = subprocess.run(
+        [tool, "-list", "-v", "-keystore", location, "-storetype", "JKS"]
+        + ["-storepass:env", "KS_SOURCE_PASSWORD"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    entries = listed.split("Alias name: ")[1:]
+    keys = [e.split("\n", 1)[0] for e in entries if "PrivateKeyEntry" in e]
+    return keys[0] if keys else ""
 
 
 def keytool() -> str:
