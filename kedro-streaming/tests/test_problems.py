@@ -80,6 +80,18 @@ CHECKPOINT = {"checkpoint": "data/checkpoints/x"}
             id="a Kafka source without topic",
         ),
         pytest.param(
+            {"file_format": "text", "filepath": "."},
+            "source",
+            [],
+            id="text lines need no schema",
+        ),
+        pytest.param(
+            {"file_format": "json", "filepath": "."},
+            "source",
+            ["FILES_SOURCE_WITHOUT_SCHEMA"],
+            id="JSON files without a schema",
+        ),
+        pytest.param(
             {"file_format": "json", "filepath": "no/such/folder"},
             "source",
             ["SOURCE_FOLDER_MISSING"],

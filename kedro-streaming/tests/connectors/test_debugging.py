@@ -88,9 +88,8 @@ def test_a_run_writes_its_memory_and_console_sinks(spark, tmp_path, caplog):
         pytest.param(
             {"file_format": "memory"},
             "source",
-            "reads the memory sink, which keeps nothing a stream can read: read "
-            "the table the stream writes instead, or write it to a file or Delta "
-            "sink",
+            "is a memory sink, which keeps nothing a stream can read: read the "
+            "table the stream writes instead, or write it to a file or Delta sink",
             id="memory read as a stream",
         ),
     ],
@@ -120,3 +119,32 @@ def test_a_console_option_misspelt_is_named_before_start(spark, tmp_path):
         f"'shown' `numRow` in its save_args is not a console sink option of Spark "
         f"{spark.version}: did you mean `numRows`?" in str(raised.value)
     )
+
+
+def test_a_memory_sink_read_by_a_query_of_the_same_run_is_refused(tmp_path):
+    (tmp_path / "in").mkdir()
+    catalog = DataCatalog.from_config(
+        {
+            "in": {**SOURCE, "filepath": str(tmp_path / "in")},
+            "seen": debugging_sink("memory", "seen", tmp_path),
+            "report": {
+                "type": DATASET,
+                "filepath": str(tmp_path / "report"),
+                "file_format": "parquet",
+                "save_args": {"checkpoint": str(tmp_path / "checkpoints" / "report")},
+            },
+        }
+    )
+    nodes = pipeline(
+        [
+            node(lambda frame: frame, "in", "seen", name="see"),
+            node(lambda frame: frame, "seen", "report", name="report"),
+        ]
+    )
+    hooks = streaming_hooks(metrics_port=0, trigger="available_now")
+    with pytest.raises(StreamingConfigError) as raised:
+        hooks.before_pipeline_run({}, nodes, catalog)
+    assert (
+        "'seen' is a memory sink, which keeps nothing a stream can read: read the "
+        "table the stream writes instead, or write it to a file or Delta sink"
+    ) in str(raised.value)

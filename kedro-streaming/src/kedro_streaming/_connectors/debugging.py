@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kedro_streaming._connectors.base import Connector, Entry
+from kedro_streaming._connectors.base import Connector, Entry, RunEntries
 from kedro_streaming.problems import Problem
 
 if TYPE_CHECKING:
@@ -49,12 +49,21 @@ class Debugging(Connector):
     def source_problems(self, entry: Entry) -> list[Problem]:
         return [
             Problem(
-                f"reads the {entry.file_format} sink, which keeps nothing a stream "
-                "can read",
+                f"is a {entry.file_format} sink, which keeps nothing a stream can read",
                 "read the table the stream writes instead, or write it to a file "
                 "or Delta sink",
                 id="DEBUGGING_SINK_READ",
             )
+        ]
+
+    def problems(self, run: RunEntries) -> list[str]:
+        # A sink of the run read back by another query of the same run: its
+        # source problem is not asked (the sink is written first), this is.
+        return [
+            f"'{name}' {problem}"
+            for name in run.readers
+            if name in run.sinks and isinstance(run.sinks[name].connector, Debugging)
+            for problem in self.source_problems(run.sinks[name])
         ]
 
     def sink_problems(self, entry: Entry) -> list[Problem]:

@@ -207,7 +207,8 @@ class Files(Connector):
         self.self_describing = file_format in ("parquet", "orc")
 
     def source_problems(self, entry: Entry) -> list[Problem]:
-        return source_problems(entry, has_schema=entry.schema is not None)
+        given = entry.schema is not None or not self.takes_schema
+        return source_problems(entry, has_schema=given)
 
     def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
         if self.file_format not in _FILE_OPTION_CLASSES:
