@@ -58,10 +58,8 @@ class _MovedIn011:
 class SparkStreamingDataset(_MovedIn011, AbstractDataset[DataFrame, DataFrame]):
     """Loads a streaming DataFrame, or starts a streaming query that saves one.
 
-    Saving starts the query and returns at once; the project's hooks watch it.
-    ``start()`` is the same with a trigger and query name chosen by the caller
-    (the hooks pass the run's). Credentials are merged into the options and
-    never described or logged.
+    Saving starts the query and returns at once (``start()``: with a trigger
+    and query name of the caller's); the project's hooks watch it.
 
     Example:
         ```yaml
@@ -98,11 +96,9 @@ class SparkStreamingDataset(_MovedIn011, AbstractDataset[DataFrame, DataFrame]):
             filepath: Folder of a file source or sink; empty for Kafka.
             file_format: Any Spark streaming format: json, csv, parquet, kafka,
                 delta; console or memory to debug.
-            load_args: Options of ``spark.readStream``; ``schema`` is a DDL string
-                or ``{"filepath": ...}`` naming a Spark JSON schema file;
-                ``keep_watermark: true`` keeps the watermark mark of the stream
-                that wrote a table read back (dropped by default: no query
-                reading it advances it).
+            load_args: Options of ``spark.readStream``; ``schema`` (DDL, or
+                ``{"filepath": ...}`` of a Spark JSON schema); ``keep_watermark:
+                true`` keeps the mark of the stream that wrote a table read back.
             save_args: ``output_mode``, ``checkpoint``, ``trigger`` (keyword
                 arguments of ``DataStreamWriter.trigger``), ``query_name``,
                 ``partitionBy``, ``foreach_batch`` (``"module:function"``),
