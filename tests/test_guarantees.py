@@ -66,7 +66,7 @@ DELTA_KAFKA_PIPELINES = "ingest,aggregate,live,publish"
 KILLED_AFTER_MERGE = """
 import os, signal, sys
 from kedro.framework.cli import main
-from kedro_streaming._connectors import streams
+from kedro_streaming._connectors import delta
 
 def upsert_batches(path, keys, checkpoint):
     upsert = real_upsert_batches(path, keys, checkpoint)
@@ -76,7 +76,7 @@ def upsert_batches(path, keys, checkpoint):
             os.kill(os.getpid(), signal.SIGKILL)
     return upsert_then_die
 
-real_upsert_batches, streams.upsert_batches = streams.upsert_batches, upsert_batches
+real_upsert_batches, delta.upsert_batches = delta.upsert_batches, upsert_batches
 sys.argv[0] = "kedro"
 main()
 """
