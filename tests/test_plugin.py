@@ -4,6 +4,7 @@ run once here (not in every project), on the default Spark line."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from support.common import PLUGIN_ROOT, SHIPPED_JIT, run
 
@@ -23,6 +24,11 @@ def test_plugin_passes_ruff_and_its_own_tests(project_bin):
         cwd=PLUGIN_ROOT.parent,
     )
     assert "site-packages" in installed.stdout  # the built plugin, not the source
+    # The plugin's test extra has mypy (its public names, type-checked as a
+    # user's module imports them); a project's does not.
+    uv = Path(sys.executable).parent / "uv"
+    venv = ("--python", project_bin / "python")
+    run([uv, "pip", "install", "-q", *venv, "mypy>=1.10"], cwd=PLUGIN_ROOT)
     result = run(
         [project_bin / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=PLUGIN_ROOT,
