@@ -109,7 +109,7 @@ CHECKPOINT = {"checkpoint": "data/checkpoints/x"}
                 "save_args": {**CHECKPOINT, "output_mode": "update"},
             },
             "sink",
-            ["MEMORY_SINK_UPDATE"],
+            ["DEBUGGING_SINK_OUTPUT_MODE"],
             id="a memory sink in update mode",
         ),
     ],

@@ -23,8 +23,19 @@ from kedro_streaming.problems import Problem
 if TYPE_CHECKING:
     from kedro_streaming._connectors.options import OptionNames
 
-_RATE_OPTIONS = ("rowsPerSecond", "rampUpTime", "numPartitions")
-_CONSOLE_OPTIONS = ("numRows", "truncate")
+# Each format's options, where Spark lists none to read (the others: not checked).
+_OPTIONS = {
+    "rate": ("rowsPerSecond", "rampUpTime", "numPartitions"),
+    "console": ("numRows", "truncate"),
+    "memory": (),
+}
+# The output modes each sink takes.
+_MODES = {"console": ("append", "update", "complete"), "memory": ("append", "complete")}
+
+
+def _options(file_format: str) -> list[str] | None:
+    known = _OPTIONS.get(file_format)
+    return None if known is None else list(known)
 
 
 class Generated(Connector):
@@ -36,7 +47,7 @@ class Generated(Connector):
     takes_schema = False
 
     def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
-        return list(_RATE_OPTIONS) if self.file_format == "rate" else None
+        return _options(self.file_format)
 
 
 class Debugging(Connector):
@@ -77,16 +88,17 @@ class Debugging(Connector):
                     id="DEBUGGING_SINK_WITH_PATH",
                 )
             )
-        mode = entry.sink.output_mode
-        if entry.file_format == "memory" and mode == "update":
+        modes, mode = _MODES[entry.file_format], entry.sink.output_mode
+        if mode not in modes and mode in _MODES["console"]:  # else: unknown, said
             problems.append(
                 Problem(
-                    "has output_mode 'update', which a memory sink does not support",
-                    "use append or complete",
-                    id="MEMORY_SINK_UPDATE",
+                    f"has output_mode '{mode}', which a {entry.file_format} sink "
+                    "does not support",
+                    f"use {' or '.join(modes)}",
+                    id="DEBUGGING_SINK_OUTPUT_MODE",
                 )
             )
         return problems
 
     def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
-        return list(_CONSOLE_OPTIONS) if self.file_format == "console" else []
+        return _options(self.file_format)
