@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from kedro_streaming._connectors.options import OptionNames
 
 FILE_FORMATS = ("parquet", "json", "csv", "orc", "text", "avro")
+# Files that carry their schema, merged across files (footers); files whose
+# schema Spark fixes (text: one `value` column).
+_SELF_DESCRIBING = ("parquet", "orc")
+_SCHEMA_FIXED = ("text",)
 _FILE_OPTION_CLASSES = {
     "csv": "org.apache.spark.sql.catalyst.csv.CSVOptions$",
     "json": "org.apache.spark.sql.catalyst.json.JSONOptions$",
@@ -203,8 +207,8 @@ class Files(Connector):
 
     def __init__(self, file_format: str = "") -> None:
         super().__init__(file_format)
-        self.takes_schema = file_format != "text"
-        self.self_describing = file_format in ("parquet", "orc")
+        self.takes_schema = file_format not in _SCHEMA_FIXED
+        self.self_describing = file_format in _SELF_DESCRIBING
 
     def source_problems(self, entry: Entry) -> list[Problem]:
         given = entry.schema is not None or not self.takes_schema
