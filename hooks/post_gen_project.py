@@ -163,6 +163,10 @@ write_plugin_requirement()
 if EXAMPLE == "none":
     without_the_taxi_example()
 shutil.rmtree(".starter")
+# Tools' caches a clone's template folder may hold (copied as they are, not
+# rendered): not the new project's.
+for cache in (".ruff_cache", ".pytest_cache", ".mypy_cache"):
+    shutil.rmtree(cache, ignore_errors=True)
 
 if EXAMPLE == "taxi":
     sys.path.insert(0, str(Path.cwd()))  # the project root, which holds tools/
