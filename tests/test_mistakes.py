@@ -22,7 +22,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from support.common import SASL_PASSWORD, SASL_USER, SPARK_VERSION, free_port, run
 from support.kafka import send_to_one_partition
-from support.project import walkthrough_project
+from support.project import venv_like, walkthrough_project
 
 READINGS = "mistakes-readings"
 ALERTS = "mistakes-alerts"
@@ -807,34 +807,31 @@ def test_fan_out_said_and_counted_once_then_a_checkpoint_deleted_under_its_table
     (package / "pipeline.py").write_text(FAN_OUT_PIPELINE)
     (fan_out / "conf/base/catalog_fanout.yml").write_text(FAN_OUT_CATALOG)
 
-    def install(folder: Path) -> None:
-        pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
-        run([*pip, "-e", folder], cwd=folder)
-
+    # Its own virtualenv, as the session's: the fan-out project installed in
+    # the shared one would change the package under the tests beside it.
+    project_bin = venv_like(project_bin, tmp_path / "venv")
+    pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
+    run([*pip, "-e", fan_out], cwd=fan_out)
     bounded = [
         "--pipelines",
         "fanout",
         "--params",
         "trigger=available_now,metrics_port=0",
     ]
-    install(fan_out)
-    try:
-        result = run(
-            [
-                *(project_bin / "kedro", "run", *bounded[:-1]),
-                f"{bounded[-1]},spark_ui_port={ui_port}",
-            ],
-            cwd=fan_out,
-        )
-        # Then the checkpoint of one sink deleted under its table: Spark's file
-        # sink skips each batch id its folder's log already has, so the next
-        # run would read everything, record it as done, and write nothing.
-        table = fan_out / "data/02_intermediate/valid_records"
-        written = sorted(p.name for p in table.glob("*.parquet"))
-        shutil.rmtree(fan_out / "data/checkpoints/valid_records")
-        again = run([project_bin / "kedro", "run", *bounded], cwd=fan_out, check=False)
-    finally:  # the module's project again in the shared virtualenv
-        install(project)
+    result = run(
+        [
+            *(project_bin / "kedro", "run", *bounded[:-1]),
+            f"{bounded[-1]},spark_ui_port={ui_port}",
+        ],
+        cwd=fan_out,
+    )
+    # Then the checkpoint of one sink deleted under its table: Spark's file
+    # sink skips each batch id its folder's log already has, so the next
+    # run would read everything, record it as done, and write nothing.
+    table = fan_out / "data/02_intermediate/valid_records"
+    written = sorted(p.name for p in table.glob("*.parquet"))
+    shutil.rmtree(fan_out / "data/checkpoints/valid_records")
+    again = run([project_bin / "kedro", "run", *bounded], cwd=fan_out, check=False)
     assert again.returncode == 1
     assert again.stderr.strip().endswith(
         "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"

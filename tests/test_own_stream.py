@@ -8,14 +8,12 @@ dependencies: they need the same ones), so they cost no second PySpark.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import re
 import shutil
 import textwrap
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -30,7 +28,7 @@ from support.common import (
     quiet_env,
     run,
 )
-from support.project import assert_tidy_home, installed_from, walkthrough_project
+from support.project import assert_tidy_home, venv_like, walkthrough_project
 
 NAME = "Sensor Lab"
 PACKAGE = "sensor_lab"
@@ -108,11 +106,9 @@ def project_files(project: Path) -> dict[str, str]:
     }
 
 
-@contextlib.contextmanager
-def plugin_one_minor_up(project_bin: Path, workdir: Path) -> Iterator[str]:
+def install_plugin_one_minor_up(project_bin: Path, workdir: Path) -> str:
     """The plugin one minor version up, built from a copy of this repository
-    and installed over the venv's; afterwards exactly what the venv held (the
-    project's own wheel), which other tests check, is put back."""
+    and installed over the venv's."""
     bumped = workdir / "starter"
     bumped.mkdir()
     shutil.copy(STARTER_ROOT / "pyproject.toml", bumped)
@@ -126,23 +122,17 @@ def plugin_one_minor_up(project_bin: Path, workdir: Path) -> Iterator[str]:
     new_version = f"{major}.{int(minor) + 1}.0"
     init.write_text(init.read_text().replace(f'"{PLUGIN_VERSION}"', f'"{new_version}"'))
     pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
-    origin = installed_from(project_bin, "kedro_streaming")
-    editable = origin.get("dir_info", {}).get("editable")
-    installed = ["-e", origin["url"]] if editable else [origin["url"]]
-    try:
-        run([*pip, bumped], cwd=workdir, timeout=300)
-        version = run(
-            [
-                project_bin / "python",
-                "-c",
-                "import kedro_streaming as k; print(k.__version__)",
-            ],
-            cwd=workdir,
-        )
-        assert version.stdout.strip() == new_version
-        yield new_version
-    finally:
-        run([*pip, "--force-reinstall", *installed], cwd=workdir, timeout=300)
+    run([*pip, bumped], cwd=workdir, timeout=300)
+    version = run(
+        [
+            project_bin / "python",
+            "-c",
+            "import kedro_streaming as k; print(k.__version__)",
+        ],
+        cwd=workdir,
+    )
+    assert version.stdout.strip() == new_version
+    return new_version
 
 
 def test_without_the_example_a_small_project_runs_tests_and_upgrades(
@@ -152,6 +142,9 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
     every row is computed here; then the plugin at a higher version, built
     from this repository and installed over it, runs the same project, its
     checkpoint and its tests, with no file of the project changed."""
+    # Its own virtualenv, as the session's: the upgrade below must not change
+    # the plugin under the tests running beside it.
+    project_bin = venv_like(project_bin, tmp_path / "venv")
     project = tmp_path / "sensor-lab"
     shutil.copytree(sensor_project, project)
     package = project / "src" / PACKAGE
@@ -180,36 +173,36 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
 
     # The plugin one minor up, built from a copy of this repository's.
     before = project_files(project)
-    with plugin_one_minor_up(project_bin, tmp_path):
-        more = [
-            json.dumps(
-                {"device": "boiler-1", "at": "2026-11-26T11:00:00Z", "temperature_c": t}
-            )
-            for t in (50.5, 70.0)
-        ]
-        (landing / "records-0001.json").write_text("\n".join(more) + "\n")
-        run([kedro, "run", *AS_SHIPPED], cwd=project)
-        assert checked_rows(table) == expected_checked(shipped + more)
-        assert checked_rows(quarantine) == rejected(expected_checked(shipped + more))
-        # docs/stateful.md's recipes are the same page in both kinds of
-        # project: they run in the taxi project's tests (test_starter.py);
-        # the recipes of this project's own pages run here.
-        own = run(
-            [
-                *(
-                    project_bin / "python",
-                    "-m",
-                    "pytest",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                ),
-                *("--deselect", "tests/test_docs.py::test_stateful_recipe"),
-            ],
-            cwd=project,
-            env=SHIPPED_JIT,
+    install_plugin_one_minor_up(project_bin, tmp_path)
+    more = [
+        json.dumps(
+            {"device": "boiler-1", "at": "2026-11-26T11:00:00Z", "temperature_c": t}
         )
-        assert " passed" in own.stdout and "failed" not in own.stdout
+        for t in (50.5, 70.0)
+    ]
+    (landing / "records-0001.json").write_text("\n".join(more) + "\n")
+    run([kedro, "run", *AS_SHIPPED], cwd=project)
+    assert checked_rows(table) == expected_checked(shipped + more)
+    assert checked_rows(quarantine) == rejected(expected_checked(shipped + more))
+    # docs/stateful.md's recipes are the same page in both kinds of
+    # project: they run in the taxi project's tests (test_starter.py);
+    # the recipes of this project's own pages run here.
+    own = run(
+        [
+            *(
+                project_bin / "python",
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+            ),
+            *("--deselect", "tests/test_docs.py::test_stateful_recipe"),
+        ],
+        cwd=project,
+        env=SHIPPED_JIT,
+    )
+    assert " passed" in own.stdout and "failed" not in own.stdout
     (landing / "records-0001.json").unlink()
     # Not a file of the project changed (runs may add logs, not change files).
     after = project_files(project)

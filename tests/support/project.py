@@ -260,6 +260,32 @@ def install_project(
     return bin_dir
 
 
+def venv_like(bin_dir: Path, env_dir: Path) -> Path:
+    """A fresh virtualenv holding what ``bin_dir``'s holds, each package at its
+    version (uv's cache makes it in seconds); returns its bin/ folder.
+
+    For a test that installs into its virtualenv: the session's venv is
+    shared by the tests running beside it on the other worker, which must not
+    see a package change under them (a plugin one version up, a project
+    installed from another folder)."""
+    uv = Path(sys.executable).parent / "uv"
+    env_dir.mkdir(parents=True)
+    frozen = run([uv, "pip", "freeze", "--python", bin_dir / "python"], cwd=env_dir)
+    requirements = env_dir / "requirements.txt"
+    requirements.write_text(frozen.stdout)
+    venv.create(env_dir, with_pip=True)  # tests run pip in it later
+    own = env_dir / "bin"
+    run(
+        [
+            *(uv, "pip", "install", "-q", "--compile-bytecode", "--no-deps"),
+            *("--python", own / "python", "-r", requirements),
+        ],
+        cwd=env_dir,
+        timeout=600,
+    )
+    return own
+
+
 def installed_from(bin_dir: Path, package: str) -> dict:
     """Where pip installed ``package`` in the virtualenv from (PEP 610)."""
     found = run(
