@@ -14,3 +14,21 @@ from kedro_streaming.devtools.processes import DEFAULT_PORTS, hold_ports
 def default_ports_held():
     with hold_ports(DEFAULT_PORTS) as held:
         yield held
+
+
+@pytest.fixture(scope="session")
+def spark_conf() -> dict[str, str]:
+    """Delta in the session (the tables kept from changes): its package for
+    this PySpark's line, as conf/delta/spark.yml names it."""
+    import pyspark  # noqa: PLC0415 (only when a test asks for Spark)
+    from kedro_streaming import delta_package_for  # noqa: PLC0415
+
+    return {
+        "spark.jars.packages": delta_package_for(pyspark.__version__),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": (
+            "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+        ),
+        # As conf/delta/spark.yml: a table's state in 2 tasks, not Delta's 50.
+        "spark.databricks.delta.snapshotPartitions": "2",
+    }

@@ -11,6 +11,7 @@ from ._connectors.kafka.clients import kafka_producer as kafka_producer
 from ._connectors.kafka.connector import check_kafka_connector as check_kafka_connector
 from ._connectors.kafka.security import KafkaSecurity as KafkaSecurity
 from ._dataset import SparkStreamingDataset as SparkStreamingDataset
+from ._nodes.debezium import debezium_changes as debezium_changes
 from ._nodes.expectations import check_expectations as check_expectations
 from ._nodes.lookup import Lookup as Lookup
 from ._nodes.records import PROVENANCE_COLUMNS as PROVENANCE_COLUMNS
@@ -41,6 +42,7 @@ __all__ = [
     "check_delta_package",
     "check_expectations",
     "check_kafka_connector",
+    "debezium_changes",
     "delta_package_for",
     "kafka_consumer",
     "kafka_producer",

@@ -1,8 +1,9 @@
 """pytest fixtures of kedro-streaming, in every project that installs it.
 
 - ``spark``: one local SparkSession for the whole test run (``local[2]``,
-  UTC, two shuffle partitions, no UI). A project's own ``spark`` fixture in
-  its ``conftest.py`` takes its place.
+  UTC, two shuffle partitions, no UI), with ``spark_conf``'s settings (none
+  unless a project's ``conftest.py`` gives some). A project's own ``spark``
+  fixture takes its place.
 - ``stream_test``: ``StreamTest`` on that session, in a folder of the test's
   own: ``stream_test(node_function, streams={...}, static={...})``.
 - ``project_parameters``: the project's parameters as ``kedro run`` reads
@@ -24,15 +25,25 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark_conf() -> dict[str, str]:
+    """Settings the ``spark`` fixture adds to its own; a project's
+    ``conftest.py`` overrides it, e.g. for Delta's package and catalog."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def spark(spark_conf):
     from pyspark.sql import SparkSession  # noqa: PLC0415 (tests that use Spark)
 
     # Python workers (UDFs, transformWithState) in this interpreter, not
     # `python3` from PATH: PySpark reads PYSPARK_PYTHON when the session starts.
     chosen = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = chosen or sys.executable
+    builder = SparkSession.builder
+    for key, value in spark_conf.items():
+        builder = builder.config(key, value)
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("tests")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")

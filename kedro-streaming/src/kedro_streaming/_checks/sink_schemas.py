@@ -47,8 +47,9 @@ def check_sink_schema(name: str, dataset: Any, frame: DataFrame) -> SchemaCheck:
         check.problems.append(f"{committed}. Fix: {_fix(name)}")
     elif committed is not None:
         partitions = _partition_columns(dataset)
+        written = dataset.connector.table_schema(dataset, frame.schema)
         added, changed = compare_schemas(
-            _without(committed, partitions), _without(frame.schema, partitions)
+            _without(committed, partitions), _without(written, partitions)
         )
         if changed:
             check.problems.append(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+    from pyspark.sql.types import StructType
 
     from kedro_streaming._connectors.avro.option import AvroOption
     from kedro_streaming.problems import Problem
@@ -105,6 +106,10 @@ class Connector:
     def data_problems(self, entry: Entry, data: DataFrame) -> list[Problem]:
         """What keeps the sink from writing ``data``, before its query starts."""
         return []
+
+    def table_schema(self, entry: Entry, written: StructType) -> StructType:
+        """The schema of the sink's table when its query writes ``written``."""
+        return written
 
     def spark_options(self, entry: Entry) -> dict[str, Any]:
         """Its credentials as reader and writer options (secrets included)."""

@@ -16,12 +16,19 @@ import fsspec
 from pyspark.sql import DataFrame, SparkSession
 
 from kedro_streaming._connectors.base import Connector, Entry
+from kedro_streaming._connectors.changes import (
+    Changes,
+    changes_problems,
+    column_problems,
+)
 from kedro_streaming._connectors.files import missing_local_folder
+from kedro_streaming._connectors.scd import create_target, keep_changes, table_schema
 from kedro_streaming.errors import StreamingConfigError
 from kedro_streaming.problems import Problem
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+    from pyspark.sql.types import StructType
 
     from kedro_streaming._connectors.options import OptionNames
 
@@ -82,6 +89,22 @@ class Delta(Connector):
         missing = missing_local_folder(entry.path)
         return [missing] if missing else []
 
+    def sink_problems(self, entry: Entry) -> list[Problem]:
+        changes = entry.sink.changes
+        return [] if changes is None else changes_problems(changes)
+
+    def data_problems(self, entry: Entry, data: DataFrame) -> list[Problem]:
+        changes = entry.sink.changes
+        if changes is None or changes_problems(changes):
+            return []
+        return column_problems(Changes.parse(changes), data.columns)
+
+    def table_schema(self, entry: Entry, written: StructType) -> StructType:
+        changes = entry.sink.changes
+        if changes is None or changes_problems(changes):
+            return written
+        return table_schema(Changes.parse(changes), written)
+
     def option_names(self, names: OptionNames, direction: str) -> list[str] | None:
         return [
             *names.scala_set(_DELTA_OPTIONS, "validOptionKeys"),
@@ -96,6 +119,8 @@ class Delta(Connector):
     def start(
         self, entry: Entry, writer: DataStreamWriter, data: DataFrame
     ) -> StreamingQuery:
+        if entry.sink.changes is not None:
+            return _keep_changes(entry, writer, data)
         merge_on = entry.sink.merge_on
         if not merge_on:
             return super().start(entry, writer, data)
@@ -109,6 +134,23 @@ class Delta(Connector):
     def sink_figures(self, entry: Entry) -> list[str]:
         version = table_version(entry.path)
         return ["no Delta table yet" if version is None else f"Delta version {version}"]
+
+
+def _keep_changes(
+    entry: Entry, writer: DataStreamWriter, data: DataFrame
+) -> StreamingQuery:
+    spec = Changes.parse(entry.sink.changes)
+    path, checkpoint = entry.path, entry.checkpoint
+    create_target(data.sparkSession, path, spec, data)
+    ids: list[str] = []
+
+    def query_id() -> str:  # known once the query has started
+        if not ids:
+            ids.append(_query_id(checkpoint))
+        return ids[0]
+
+    name = entry.sink.query_name or path.rstrip("/").rsplit("/", 1)[-1]
+    return writer.foreachBatch(keep_changes(path, spec, name, query_id)).start()
 
 
 def delta_package_for(spark_version: str, scala_version: str = "2.13") -> str | None:

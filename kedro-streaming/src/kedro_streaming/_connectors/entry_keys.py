@@ -20,6 +20,7 @@ _SAVE_KEYS = (
     "partitionBy",
     "foreach_batch",
     "merge_on",
+    "changes",
 )
 
 

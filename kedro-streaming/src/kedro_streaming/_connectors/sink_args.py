@@ -33,6 +33,8 @@ class SinkArgs:
     partition_by: str | list[str] | None = None
     foreach_batch: str | None = None
     merge_on: list[str] | None = None
+    # A table kept from a change feed (Delta's room reads it: changes.py).
+    changes: Any = None
     trigger: dict[str, Any] | None = None
     query_name: str | None = None
     writer_options: dict[str, Any] = field(default_factory=dict)
@@ -47,6 +49,7 @@ class SinkArgs:
             partition_by=save.pop("partitionBy", None),
             foreach_batch=save.pop("foreach_batch", None),
             merge_on=[merge_on] if isinstance(merge_on, str) else merge_on,
+            changes=save.pop("changes", None),
             trigger=save.pop("trigger", None),
             query_name=save.pop("query_name", None),
             writer_options=save,
@@ -87,6 +90,20 @@ class SinkArgs:
                     "the key columns as a list, e.g. `merge_on: [window_start, "
                     "pickup_borough]`",
                     id="SINK_MERGE_ON_WITHOUT_DELTA",
+                )
+            )
+        if self.changes is not None and (
+            not connector.upserts
+            or not path
+            or self.foreach_batch
+            or self.merge_on is not None
+        ):
+            problems.append(
+                Problem(
+                    "has changes, which keep a Delta table from a change feed",
+                    "give it `file_format: delta`, a filepath, and neither merge_on "
+                    "nor foreach_batch (docs/cdc.md)",
+                    id="SINK_CHANGES_WITHOUT_DELTA",
                 )
             )
         if self.trigger is not None and (
@@ -140,6 +157,7 @@ class SinkArgs:
             and self.output_mode != "append"
             and not self.foreach_batch
             and not self.merge_on
+            and self.changes is None
         ):
             return [
                 Problem(

@@ -1,0 +1,153 @@
+"""Debezium's change events as changes a Delta sink keeps (``changes:``)."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from kedro_streaming._nodes.records import (
+    AVRO_PROBLEM,
+    AVRO_RECORD,
+    PROVENANCE_COLUMNS,
+    _struct,
+    parse_records,
+    sql_name,
+)
+
+# Debezium's operations: create, update, delete, read (a snapshot's row).
+OPERATIONS = ("c", "u", "d", "r")
+_OTHER_OPERATIONS = {"t": "truncate", "m": "message"}
+_TEXT_MAP = "MAP<STRING, STRING>"
+_EVENT, _PROBLEM = "_event", "_event_problem"
+
+
+def debezium_changes(
+    raw: DataFrame, schema: object, sequence: str = "source.lsn BIGINT"
+) -> DataFrame:
+    """Debezium's change events, one per row of ``raw`` (JSON in ``value``,
+    with or without its ``schema``/``payload`` envelope; or the Avro record a
+    Kafka dataset decoded), as changes: the row's fields typed by ``schema``
+    (from ``after``; ``before`` for a delete), ``_op`` (``c``, ``u``, ``d``,
+    or ``r`` for a snapshot's row), one column per ``sequence`` field named
+    ``_<field>`` (``source.lsn`` -> ``_lsn``), Kafka's provenance columns,
+    ``raw_payload`` (the event) and ``problems``: null, or why the change
+    cannot be applied (a tombstone, not a change event, an operation other
+    than those four, no image, a missing sequence, a field's own problem).
+
+    ``schema`` is DDL or a ``StructType``; mark the keys ``NOT NULL``.
+    ``sequence``: ``<field> <type>`` pairs, comma-separated, from the event's
+    ``source`` block (``source.lsn``) or its top level (``ts_ms``).
+
+    Example:
+        >>> from kedro_streaming import debezium_changes
+        >>> events = spark.createDataFrame(
+        ...     [('{"op": "u", "after": {"id": 7, "name": "Ana"}, '
+        ...       '"source": {"lsn": 120}}',),
+        ...      ('{"op": "d", "before": {"id": 7, "name": "Ana"}, '
+        ...       '"source": {"lsn": 130}}',),
+        ...      (None,)],
+        ...     "value STRING",
+        ... )
+        >>> changes = debezium_changes(events, "id INT NOT NULL, name STRING")
+        >>> changes.select("id", "name", "_op", "_lsn", "problems").collect()
+        [Row(id=7, name='Ana', _op='u', _lsn=120, problems=None),
+         Row(id=7, name='Ana', _op='d', _lsn=130, problems=None),
+         Row(id=None, name=None, _op=None, _lsn=None,
+             problems='tombstone (the delete event before it applied the change)')]
+    """
+    fields = _struct(schema)
+    paths = _sequence_fields(sequence)
+    if AVRO_RECORD in raw.columns:
+        text = F.to_json(F.col(AVRO_RECORD))
+        undecoded = F.col(AVRO_PROBLEM)
+    else:
+        text = F.col("value").cast("string")
+        undecoded = F.lit(None).cast("string")
+    top = F.from_json(text, _TEXT_MAP)
+    envelope = F.coalesce(F.from_json(top["payload"], _TEXT_MAP), top)
+    op = envelope["op"]
+    image = F.from_json(
+        F.when(op == "d", envelope["before"]).otherwise(envelope["after"]), _TEXT_MAP
+    )
+    source = F.from_json(envelope["source"], _TEXT_MAP)
+    columns = [image[f.name].alias(f.name) for f in fields]
+    columns += [
+        (source[path[7:]] if path.startswith("source.") else envelope[path]).alias(name)
+        for path, name, _ in paths
+    ]
+    problem = (
+        F.when(undecoded.isNotNull(), undecoded)
+        .when(
+            text.isNull(),
+            F.lit("tombstone (the delete event before it applied the change)"),
+        )
+        .when(op.isNull(), F.lit("not a Debezium change event"))
+        .when(~op.isin(*OPERATIONS), _unsupported(op))
+        .when(
+            image.isNull(),
+            F.concat(
+                F.lit("no "),
+                F.when(op == "d", "before").otherwise("after"),
+                F.lit(" image"),
+            ),
+        )
+    )
+    origin = [
+        F.col(c)
+        for c in ("topic", "partition", "offset", "timestamp")
+        if c in raw.columns
+    ]
+    events = raw.select(
+        *columns,
+        op.alias("_op"),
+        text.alias(_EVENT),
+        problem.alias(_PROBLEM),
+        *origin,
+    )
+    typed = ", ".join(
+        [f"{sql_name(name)} {kind} NOT NULL" for _, name, kind in paths]
+        + [f"_op STRING, {_EVENT} STRING, {_PROBLEM} STRING"]
+    )
+    parsed = parse_records(events, _struct(f"{_ddl(fields)}, {typed}"))
+    own = F.col("problems")
+    for path, name, _ in paths:
+        own = F.regexp_replace(own, f"missing {name}", f"missing sequence {path}")
+    return parsed.select(
+        *[sql_name(f.name) for f in fields],
+        "_op",
+        *[sql_name(name) for _, name, _ in paths],
+        *PROVENANCE_COLUMNS[1:],
+        F.col(_EVENT).alias("raw_payload"),
+        F.coalesce(F.col(_PROBLEM), own).alias("problems"),
+    )
+
+
+def _sequence_fields(sequence: str) -> list[tuple[str, str, str]]:
+    """``"source.lsn BIGINT, ts_ms BIGINT"`` -> (path, column, type) each."""
+    fields = []
+    for part in sequence.split(","):
+        path, _, kind = part.strip().partition(" ")
+        if not path or not kind.strip():
+            raise ValueError(
+                f"debezium_changes: sequence {sequence!r} is not a list of "
+                "`<field> <type>` pairs, e.g. 'source.lsn BIGINT'"
+            )
+        fields.append((path, "_" + path.rsplit(".", 1)[-1], kind.strip()))
+    return fields
+
+
+def _unsupported(op):
+    named = F.lit(None).cast("string")
+    for code, name in _OTHER_OPERATIONS.items():
+        named = F.when(op == code, F.lit(f" ({name})")).otherwise(named)
+    return F.concat(
+        F.lit("unsupported operation '"), op, F.lit("'"), F.coalesce(named, F.lit(""))
+    )
+
+
+def _ddl(fields) -> str:
+    return ", ".join(
+        f"{sql_name(f.name)} {f.dataType.simpleString()}"
+        + ("" if f.nullable else " NOT NULL")
+        for f in fields
+    )
