@@ -62,14 +62,12 @@ def _key(change: dict) -> int:
     return change["id"]
 
 
-def table(spark, path: str, scd_type: int) -> set[tuple]:
-    columns = ["id", "lsn", "name", "city"] + (
+def table(spark, path: str, scd_type: int, seq: str = "lsn") -> set[tuple]:
+    columns = ["id", seq, "name", "city"] + (
         [START_AT, END_AT] if scd_type == 2 else []
     )
-    return {
-        tuple(r)
-        for r in spark.read.format("delta").load(path).select(*columns).collect()
-    }
+    rows = spark.read.format("delta").load(path).select(*columns).collect()
+    return {tuple(row) for row in rows}
 
 
 def apply_batches(spark, tmp_path, spec: Changes, batches: list[list[dict]]) -> str:
@@ -207,3 +205,147 @@ def test_a_key_the_node_does_not_write_is_named_with_its_closest():
     ]
     spec = Changes.parse({"keys": "id", "sequence": "lns"})
     assert [p.fix for p in column_problems(spec, COLUMNS)] == ["did you mean `lsn`?"]
+
+
+# A run through the hooks: Debezium's JSON events in text files, a node that
+# turns them into changes, a type 1 and a type 2 table, a quarantine.
+ROW = "id INT NOT NULL, name STRING, city STRING"
+
+
+def debezium_event(change: dict) -> str:
+    """The event Debezium writes for ``change`` (with its schema envelope on
+    odd sequences, as with `value.converter.schemas.enable`)."""
+    image = {k: change[k] for k in ("id", "name", "city")}
+    payload = {
+        "before": image if change["_op"] == "d" else None,
+        "after": None if change["_op"] == "d" else image,
+        "source": {"connector": "postgresql", "lsn": change["lsn"], "txId": 9},
+        "op": change["_op"],
+        "ts_ms": 1_700_000_000_000 + change["lsn"],
+    }
+    if change["lsn"] % 2:
+        return json.dumps({"schema": {"type": "struct"}, "payload": payload})
+    return json.dumps(payload)
+
+
+def applied_changes(events):
+    from kedro_streaming import PROVENANCE_COLUMNS, debezium_changes  # noqa: PLC0415
+
+    changes = debezium_changes(events, ROW)
+    return changes.where("problems IS NULL").drop(
+        *PROVENANCE_COLUMNS, "raw_payload", "problems"
+    )
+
+
+def refused_changes(events):
+    from kedro_streaming import debezium_changes  # noqa: PLC0415
+
+    return debezium_changes(events, ROW).where("problems IS NOT NULL")
+
+
+def cdc_catalog(folder, **changes):
+    from kedro.io import DataCatalog  # noqa: PLC0415
+
+    def table(name, **more):
+        return {
+            "type": "kedro_streaming.SparkStreamingDataset",
+            "file_format": "delta",
+            "filepath": str(folder / name),
+            "save_args": {
+                "checkpoint": str(folder / "checkpoints" / name),
+                "changes": {"keys": ["id"], "sequence": "_lsn", **more},
+            },
+        }
+
+    return DataCatalog.from_config(
+        {
+            "events": {
+                "type": "kedro_streaming.SparkStreamingDataset",
+                "file_format": "text",
+                "filepath": str(folder / "events"),
+            },
+            "customers": table("customers", **changes),
+            "customer_history": table("customer_history", scd_type=2),
+            "refused_events": {
+                "type": "kedro_streaming.SparkStreamingDataset",
+                "file_format": "parquet",
+                "filepath": str(folder / "refused"),
+                "save_args": {"checkpoint": str(folder / "checkpoints" / "refused")},
+            },
+        }
+    )
+
+
+def cdc_run(catalog) -> None:
+    from kedro.pipeline import node, pipeline  # noqa: PLC0415
+    from kedro.runner import SequentialRunner  # noqa: PLC0415
+
+    from tests.helpers import registered, streaming_hooks  # noqa: PLC0415
+
+    nodes = pipeline(
+        [
+            node(applied_changes, "events", "customers", name="current"),
+            node(applied_changes, "events", "customer_history", name="history"),
+            node(refused_changes, "events", "refused_events", name="refused"),
+        ]
+    )
+    hooks = streaming_hooks(metrics_port=0, trigger="available_now")
+    hooks.before_pipeline_run({}, nodes, catalog)
+    SequentialRunner().run(nodes, catalog, registered(hooks))
+    hooks.after_pipeline_run({})
+
+
+def test_a_run_keeps_both_tables_from_debezium_events_and_quarantines_the_rest(
+    spark, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    first = [
+        change(1, 10, "r", "Ana"),  # the snapshot
+        change(2, 10, "r", "Bo"),
+        change(1, 20, "u", "Ana", "Oslo"),
+        change(3, 30, "c", "Cy"),
+        change(2, 40, "d", "Bo"),
+    ]
+    late = [
+        change(2, 35, "u", "Bob"),  # older than the delete: stays out
+        change(1, 15, "u", "Ann"),  # takes its place in history
+        change(1, 20, "u", "Ana", "Oslo"),  # a copy
+        change(3, 50, "u", "Cy", "Rome"),
+    ]
+    broken = [
+        "",  # a tombstone is an empty line in a text file: no event
+        '{"op": "t", "source": {"lsn": 60}}',
+        '{"op": "u", "after": {"id": 4, "name": "Di"}, "source": {}}',
+        '{"op": "u", "after": {"name": "Ed"}, "source": {"lsn": 61}}',
+        "not json",
+    ]
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "0.json").write_text("\n".join(map(debezium_event, first)) + "\n")
+    cdc_run(cdc_catalog(tmp_path))
+    (events / "1.json").write_text(
+        "\n".join([*map(debezium_event, late), *broken]) + "\n"
+    )
+    cdc_run(cdc_catalog(tmp_path))
+
+    every = first + late
+    assert table(spark, str(tmp_path / "customers"), 1, "_lsn") == replay_type1(every)
+    history = table(spark, str(tmp_path / "customer_history"), 2, "_lsn")
+    assert history == replay_type2(every, ("name", "city"))
+    assert history == {
+        (1, 10, "Ana", "Lyon", 10, 15),
+        (1, 15, "Ann", "Lyon", 15, 20),
+        (1, 20, "Ana", "Oslo", 20, None),
+        (2, 10, "Bo", "Lyon", 10, 35),
+        (2, 35, "Bob", "Lyon", 35, 40),
+        (3, 30, "Cy", "Lyon", 30, 50),
+        (3, 50, "Cy", "Rome", 50, None),
+    }
+    refused = spark.read.parquet(str(tmp_path / "refused"))
+    assert sorted(r.problems for r in refused.collect()) == [
+        "missing id",
+        "missing sequence source.lsn",
+        "not a Debezium change event",
+        "not a Debezium change event",
+        "unsupported operation 't' (truncate)",
+    ]
