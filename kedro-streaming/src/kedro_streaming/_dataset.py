@@ -41,14 +41,14 @@ _LOADS = itertools.count()
 
 class _MovedIn011:
     """The Kafka and Avro properties of 0.10, each still read, with a warning
-    that 0.12.0 removes it (the README's "Versions")."""
+    that 0.13.0 removes it (the README's "Versions")."""
 
     def __getattr__(self, name: str) -> Any:
         if name not in _MOVED:
             raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
         instead, value = _MOVED[name]
         warnings.warn(
-            f"SparkStreamingDataset.{name} is deprecated and goes in 0.12.0: {instead}",
+            f"SparkStreamingDataset.{name} is deprecated and goes in 0.13.0: {instead}",
             DeprecationWarning,
             stacklevel=2,
         )

@@ -106,7 +106,7 @@ def change_logs(draw):
 
 
 EXAMPLES = settings(
-    max_examples=4,
+    max_examples=2,
     deadline=None,
     derandomize=True,  # the same examples on every run, in CI too
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -349,3 +349,41 @@ def test_a_run_keeps_both_tables_from_debezium_events_and_quarantines_the_rest(
         "not a Debezium change event",
         "unsupported operation 't' (truncate)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        pytest.param(
+            {"sequence": "lsn"},
+            "query customers (node current): has changes with sequence `lsn`, which "
+            "the node's output does not have: did you mean `_lsn`?",
+            id="the sequence misnamed",
+        ),
+        pytest.param(
+            {"keys": ["customer_id"]},
+            "query customers (node current): has changes with keys `customer_id`, "
+            "which the node's output does not have: name one of its columns: id, "
+            "name, city, _op, _lsn",
+            id="a wrong key",
+        ),
+        pytest.param(
+            {"delete": "_op = 'd'"},
+            "'customers' has changes with `delete`, which is not one of its "
+            "settings: did you mean `deletes`?",
+            id="the delete marker misspelt",
+        ),
+    ],
+)
+def test_a_mistake_in_changes_is_refused_before_any_stream_starts(
+    spark, tmp_path, monkeypatch, changes, problem
+):
+    from kedro_streaming import StreamingConfigError  # noqa: PLC0415
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "events").mkdir()
+    (tmp_path / "events" / "0.json").write_text(debezium_event(change(1, 2, "c", "A")))
+    with pytest.raises(StreamingConfigError) as refused:
+        cdc_run(cdc_catalog(tmp_path, **changes))
+    assert problem in str(refused.value)
+    assert not (tmp_path / "customers").exists()  # nothing started, nothing made

@@ -298,7 +298,7 @@ def test_a_property_of_0_10_reads_as_before_with_a_warning(name):
         load_args={"subscribe": "t", "kafka.bootstrap.servers": "broker:9092"},
         credentials={"security_protocol": "SASL_SSL", "username": "u", "password": "p"},
     )
-    with pytest.warns(DeprecationWarning, match=f"{name} is deprecated .* 0.12.0"):
+    with pytest.warns(DeprecationWarning, match=f"{name} is deprecated .* 0.13.0"):
         value = getattr(dataset, name)
     expected = {
         "kafka_client_config": lambda v: v["bootstrap.servers"] == "broker:9092",

@@ -181,17 +181,22 @@ def _type1(spark: SparkSession, t: Tables, view: str) -> dict[str, int]:
     try:
         figures = _counts(classified)
         classified.createOrReplaceTempView(f"{view}_classified")
-        cols = ", ".join(q(c) for c in kept)
-        sets = ", ".join(f"t.{q(c)} = s.{q(c)}" for c in kept)
-        spark.sql(
-            f"MERGE INTO {t.table()} AS t USING (SELECT * FROM {view}_classified "
-            f"WHERE {_CATEGORY} IN ('inserted', 'updated', 'deleted')) AS s "
-            f"ON {t.on_keys('t', 's')} "
-            f"WHEN MATCHED AND s.{_CATEGORY} = 'deleted' THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET {sets} "
-            f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES "
-            f"({', '.join(f's.{q(c)}' for c in kept)})"
-        )
+        if figures["updated"] or figures["deleted"]:
+            cols = ", ".join(q(c) for c in kept)
+            sets = ", ".join(f"t.{q(c)} = s.{q(c)}" for c in kept)
+            spark.sql(
+                f"MERGE INTO {t.table()} AS t USING (SELECT * FROM "
+                f"{view}_classified WHERE {_CATEGORY} IN ('inserted', 'updated', "
+                f"'deleted')) AS s ON {t.on_keys('t', 's')} "
+                f"WHEN MATCHED AND s.{_CATEGORY} = 'deleted' THEN DELETE "
+                f"WHEN MATCHED THEN UPDATE SET {sets} "
+                f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES "
+                f"({', '.join(f's.{q(c)}' for c in kept)})"
+            )
+        elif figures["inserted"]:  # new keys only: appended, no join
+            classified.where(f"{_CATEGORY} = 'inserted'").select(*kept).write.format(
+                DELTA
+            ).mode("append").save(t.path)
         if figures["deleted"] or figures["deleting a row not in the table"]:
             _remember_deletes(spark, t, f"{view}_classified")
     finally:
@@ -307,7 +312,8 @@ def _write_versions(spark: SparkSession, t: Tables, view: str) -> dict[str, int]
         f"""
         SELECT {keys_of}, coalesce(v.{START_AT}, e.{START_AT}) AS {START_AT}, {others},
             v.{START_AT} IS NULL AS __remove,
-            e.__present AND e.__was_end IS NULL AND v.{END_AT} IS NOT NULL AS __closes
+            e.__present AND e.__was_end IS NULL AND v.{END_AT} IS NOT NULL AS __closes,
+            e.__present IS NULL AS __new
         FROM {view}_versions v FULL OUTER JOIN (
             SELECT {t.keys("t.")}, t.{START_AT}, t.{END_AT} AS __was_end,
                 true AS __present
@@ -316,7 +322,12 @@ def _write_versions(spark: SparkSession, t: Tables, view: str) -> dict[str, int]
         """
     ).persist()
     try:
-        closed = source.where("__closes").count()
+        closed, new, rows = source.selectExpr(
+            "count_if(__closes)", "count_if(__new)", "count(*)"
+        ).first()
+        if new == rows:  # no touched key had a version: appended, no join
+            source.select(*cols).write.format(DELTA).mode("append").save(t.path)
+            return {"opened": new, "closed": 0, "rewritten": 0, "removed": 0}
         source.createOrReplaceTempView(f"{view}_source")
         differs = " OR ".join(f"NOT (t.{q(c)} <=> s.{q(c)})" for c in cols)
         merged = spark.sql(
