@@ -103,8 +103,9 @@ class SparkStreamingDataset(_MovedIn011, AbstractDataset[DataFrame, DataFrame]):
                 arguments of ``DataStreamWriter.trigger``), ``query_name``,
                 ``partitionBy``, ``foreach_batch`` (``"module:function"``),
                 ``merge_on`` (key columns: each micro-batch is upserted into
-                the Delta table at ``filepath``, exactly once); the rest are
-                writer options.
+                the Delta table at ``filepath``, exactly once), ``changes``
+                (a Delta table kept from a change feed: docs/cdc.md); the rest
+                are writer options.
             credentials: Kafka's security settings (credentials.yml).
             avro: Kafka values in Avro, in Confluent's wire format, and their
                 registry: ``schema_registry_url``, ``subject`` (default

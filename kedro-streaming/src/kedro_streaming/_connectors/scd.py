@@ -32,6 +32,7 @@ DELTA = "delta"
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _DELETE, _CATEGORY, _DELETED_AT = "__delete", "__category", "__deleted_at"
+FORGET_EVERY = 50
 # What became of each change of a micro-batch, in the order the log line says.
 OUTCOMES = (
     "inserted",
@@ -132,6 +133,8 @@ def keep_changes(
             spark.conf.unset(_TXN_VERSION)
             spark.catalog.dropTempView(view)
             batch.unpersist()
+        if spec.scd_type == 1 and batch_id % FORGET_EVERY == 0:
+            forget_deletes(spark, path, spec)  # outside the pair: its own commit
         refused = total - figures.pop("changes")
         logger.info(
             "%s: micro-batch %d: %d changes: %s",
@@ -155,7 +158,7 @@ def keep_changes(
 def _type1(spark: SparkSession, t: Tables, view: str) -> dict[str, int]:
     kept = t.kept
     deletes = t.table(DELETES_FOLDER)
-    row_seq, del_seq, new_seq = t.seq("r"), t.seq("d"), t.seq("c")
+    row_seq, new_seq = t.seq("r"), t.seq("c")
     on_row = t.on_keys("c", "r")
     spark.sql(
         f"SELECT *, row_number() OVER (PARTITION BY {t.keys()} ORDER BY "
@@ -165,7 +168,7 @@ def _type1(spark: SparkSession, t: Tables, view: str) -> dict[str, int]:
         f"""
         SELECT c.*, CASE
             WHEN c.__rank > 1 THEN 'superseded in its micro-batch'
-            WHEN d.__present AND {new_seq} < {del_seq} THEN 'older than a remembered delete'
+            WHEN d.__present AND {new_seq} < d.__seq THEN 'older than a remembered delete'
             WHEN r.__present IS NULL AND c.{_DELETE} THEN 'deleting a row not in the table'
             WHEN r.__present IS NULL THEN 'inserted'
             WHEN {new_seq} < {row_seq} THEN 'older than the table''s row'
@@ -173,7 +176,8 @@ def _type1(spark: SparkSession, t: Tables, view: str) -> dict[str, int]:
             WHEN c.{_DELETE} THEN 'deleted'
             ELSE 'updated' END AS {_CATEGORY}
         FROM {view}_ranked c
-        LEFT JOIN (SELECT *, true AS __present FROM {deletes}) d ON {t.on_keys("c", "d")}
+        LEFT JOIN (SELECT {t.keys()}, max({t.seq("x")}) AS __seq, true AS __present
+                   FROM {deletes} x GROUP BY {t.keys()}) d ON {t.on_keys("c", "d")}
         LEFT JOIN (SELECT {t.keys()}, {", ".join(q(s) for s in t.spec.sequence)},
                    true AS __present FROM {t.table()}) r ON {on_row}
         """
@@ -205,24 +209,25 @@ def _type1(spark: SparkSession, t: Tables, view: str) -> dict[str, int]:
 
 
 def _remember_deletes(spark: SparkSession, t: Tables, classified: str) -> None:
-    """Each applied delete's key and sequence, kept ``deletes_kept_for``;
-    older ones forgotten in the same commit."""
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
-    forget = now - timedelta(seconds=t.spec.deletes_kept_seconds)
-    own = [*t.spec.keys, *t.spec.sequence]
-    cols = ", ".join(q(c) for c in own)
+    """Each applied delete's key and sequence, with when (appended: a key's
+    newest is the one read)."""
+    own = ", ".join(q(c) for c in (*t.spec.keys, *t.spec.sequence))
+    now = datetime.now(timezone.utc).replace(tzinfo=None).isoformat()
     spark.sql(
-        f"MERGE INTO {t.table(DELETES_FOLDER)} AS d USING (SELECT {cols} FROM "
-        f"{classified} WHERE {_CATEGORY} IN ('deleted', "
-        "'deleting a row not in the table')) AS s "
-        f"ON {t.on_keys('d', 's')} "
-        f"WHEN MATCHED AND {t.seq('s')} > {t.seq('d')} THEN UPDATE SET "
-        + ", ".join(f"d.{q(c)} = s.{q(c)}" for c in t.spec.sequence)
-        + f", d.{_DELETED_AT} = TIMESTAMP'{now.isoformat()}' "
-        f"WHEN NOT MATCHED THEN INSERT ({cols}, {_DELETED_AT}) VALUES "
-        f"({', '.join(f's.{q(c)}' for c in own)}, TIMESTAMP'{now.isoformat()}') "
-        f"WHEN NOT MATCHED BY SOURCE AND d.{_DELETED_AT} < "
-        f"TIMESTAMP'{forget.isoformat()}' THEN DELETE"
+        f"SELECT {own}, TIMESTAMP'{now}' AS {_DELETED_AT} FROM {classified} "
+        f"WHERE {_CATEGORY} IN ('deleted', 'deleting a row not in the table')"
+    ).write.format(DELTA).mode("append").save(f"{t.path}/{DELETES_FOLDER}")
+
+
+def forget_deletes(spark: SparkSession, path: str, spec: Changes) -> None:
+    """Deletes remembered longer than ``deletes_kept_for``, forgotten (once
+    in ``FORGET_EVERY`` micro-batches: each is a commit)."""
+    forget = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(
+        seconds=spec.deletes_kept_seconds
+    )
+    spark.sql(
+        f"DELETE FROM delta.`{path.rstrip('/')}/{DELETES_FOLDER}` "
+        f"WHERE {_DELETED_AT} < TIMESTAMP'{forget.isoformat()}'"
     )
 
 
