@@ -65,9 +65,8 @@ def make(folder: Path, files: int, events: int, keys: int) -> None:
 
 def session():
     import pyspark
-    from pyspark.sql import SparkSession
-
     from kedro_streaming import delta_package_for
+    from pyspark.sql import SparkSession
 
     return (
         SparkSession.builder.master("local[2]")
@@ -87,11 +86,10 @@ def session():
 
 
 def plugin(folder: Path) -> None:
+    from kedro.framework.hooks.manager import _create_hook_manager
     from kedro.io import DataCatalog
     from kedro.pipeline import node, pipeline
     from kedro.runner import SequentialRunner
-    from kedro.framework.hooks.manager import _create_hook_manager
-
     from kedro_streaming import StreamingQueryHooks, debezium_changes
 
     spark = session()
