@@ -18,6 +18,7 @@ from kedro_streaming._connectors.changes import (
     column_problems,
 )
 from kedro_streaming._connectors.scd import create_target, keep_changes
+from pyspark.sql import SparkSession
 
 SCHEMA = "id INT, lsn BIGINT, _op STRING, name STRING, city STRING"
 COLUMNS = ["id", "lsn", "_op", "name", "city"]
@@ -328,6 +329,9 @@ def test_a_run_keeps_both_tables_from_debezium_events_and_quarantines_the_rest(
     )
     cdc_run(cdc_catalog(tmp_path))
 
+    # The micro-batches' sessions never became the active one (a memory sink
+    # started later would register its table where `spark` cannot see it).
+    assert SparkSession.getActiveSession() is spark
     every = first + late
     assert table(spark, str(tmp_path / "customers"), 1, "_lsn") == replay_type1(every)
     history = table(spark, str(tmp_path / "customer_history"), 2, "_lsn")

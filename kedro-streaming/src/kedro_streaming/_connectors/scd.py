@@ -108,14 +108,10 @@ def keep_changes(
     """A ``foreachBatch`` function applying each micro-batch of changes to the
     Delta table at ``path``, as ``spec`` says (types 1 and 2)."""
 
-    made: list[str] = []
-
     def apply(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
         tables = Tables(spec, path, batch.columns)
         view = f"changes_{query_id().replace('-', '_')}"
-        if not made:  # outside the idempotent pair, which would skip its MERGE
-            made.append(_create_beside(spark, tables, batch))
         # Every partition computed even when Delta skips a replayed MERGE: a
         # stateful query commits its state only then (as upsert_batches).
         batch.persist()
@@ -363,10 +359,9 @@ def _counts(classified: DataFrame) -> dict[str, int]:
     return figures
 
 
-def _create_beside(spark: SparkSession, t: Tables, batch: DataFrame) -> str:
+def _create_beside(spark: SparkSession, t: Tables, schema: T.StructType) -> None:
     """The table beside the target a type keeps (type 1's remembered deletes,
-    type 2's changes), unless there is one; returns its path."""
-    schema = batch.schema
+    type 2's changes), unless there is one."""
     if t.spec.scd_type == 1:
         own = [*t.spec.keys, *t.spec.sequence]
         fields = [schema[c] for c in own] + [
@@ -380,7 +375,6 @@ def _create_beside(spark: SparkSession, t: Tables, batch: DataFrame) -> str:
         "ignore"
     ).save(path)
     _add_columns(spark, path, T.StructType(fields))
-    return path
 
 
 def table_schema(spec: Changes, written: T.StructType) -> T.StructType:
@@ -396,11 +390,15 @@ def table_schema(spec: Changes, written: T.StructType) -> T.StructType:
 def create_target(
     spark: SparkSession, path: str, spec: Changes, data: DataFrame
 ) -> None:
-    """The table ``spec`` keeps, unless there is one; columns the changes
-    gained since are added to it (rows before have them null)."""
+    """The table ``spec`` keeps and the one beside it, unless there are;
+    columns the changes gained since are added (rows before have them null).
+
+    Made as the query starts, on the run's session: ``createDataFrame``
+    makes its session the active one, which a micro-batch's is not."""
     schema = table_schema(spec, data.schema)
     spark.createDataFrame([], schema).write.format(DELTA).mode("ignore").save(path)
     _add_columns(spark, path, schema)
+    _create_beside(spark, Tables(spec, path, data.columns), data.schema)
 
 
 def _add_columns(spark: SparkSession, path: str, schema: T.StructType) -> None:
