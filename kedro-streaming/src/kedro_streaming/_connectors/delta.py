@@ -22,7 +22,12 @@ from kedro_streaming._connectors.changes import (
     column_problems,
 )
 from kedro_streaming._connectors.files import missing_local_folder
-from kedro_streaming._connectors.scd import create_target, keep_changes, table_schema
+from kedro_streaming._connectors.scd import (
+    create_target,
+    idempotent,
+    keep_changes,
+    table_schema,
+)
 from kedro_streaming.errors import StreamingConfigError
 from kedro_streaming.problems import Problem
 
@@ -60,10 +65,6 @@ _DELTA_PACKAGE = re.compile(
     r"(?P<version>[^:,\s]+)"
 )
 _FIX = "set spark.jars.packages in the environment's spark.yml to"
-# Delta's switches for idempotent DML: a MERGE whose (app id, version) pair the
-# table has already recorded is skipped.
-_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _DELTA_OPTIONS = "org.apache.spark.sql.delta.DeltaOptions$"
 
 
@@ -255,18 +256,16 @@ def upsert_batches(
         batch.persist()
         batch.count()
         batch.createOrReplaceTempView(view)
-        spark.conf.set(_TXN_APP_ID, query_ids[checkpoint])
-        spark.conf.set(_TXN_VERSION, str(batch_id))
         try:
-            # Without evolution, MERGE would drop the query's new columns silently.
-            spark.sql(
-                f"MERGE WITH SCHEMA EVOLUTION INTO delta.`{path}` AS t USING {view} "
-                f"AS s ON {condition} "
-                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-            )
+            with idempotent(spark, query_ids[checkpoint], batch_id):
+                # Without evolution, MERGE would drop the query's new columns
+                # silently.
+                spark.sql(
+                    f"MERGE WITH SCHEMA EVOLUTION INTO delta.`{path}` AS t USING "
+                    f"{view} AS s ON {condition} "
+                    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+                )
         finally:
-            spark.conf.unset(_TXN_APP_ID)
-            spark.conf.unset(_TXN_VERSION)
             spark.catalog.dropTempView(view)
             batch.unpersist()
 

@@ -11,8 +11,9 @@ query's id and the batch id: a batch replayed after a crash changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,6 +30,8 @@ from kedro_streaming._connectors.changes import (
 logger = logging.getLogger("kedro_streaming.delta")
 
 DELTA = "delta"
+# Delta's switches for idempotent DML: a commit whose (app id, version) pair
+# the table has already recorded is skipped.
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _DELETE, _CATEGORY, _DELETED_AT = "__delete", "__category", "__deleted_at"
@@ -44,6 +47,19 @@ OUTCOMES = (
     "deleting a row not in the table",
     "superseded in its micro-batch",
 )
+
+
+@contextlib.contextmanager
+def idempotent(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
+    """Delta writes within carry (``app_id``, ``version``): one a table has
+    already recorded is skipped, as a micro-batch replayed after a crash."""
+    spark.conf.set(_TXN_APP_ID, app_id)
+    spark.conf.set(_TXN_VERSION, str(version))
+    try:
+        yield
+    finally:
+        spark.conf.unset(_TXN_APP_ID)
+        spark.conf.unset(_TXN_VERSION)
 
 
 def q(name: str) -> str:
@@ -117,16 +133,13 @@ def keep_changes(
         batch.persist()
         total = batch.count()
         batch.createOrReplaceTempView(view)
-        spark.conf.set(_TXN_APP_ID, query_id())
-        spark.conf.set(_TXN_VERSION, str(batch_id))
         try:
-            if spec.scd_type == 1:
-                figures = _type1(spark, tables, view)
-            else:
-                figures = _type2(spark, tables, view)
+            with idempotent(spark, query_id(), batch_id):
+                if spec.scd_type == 1:
+                    figures = _type1(spark, tables, view)
+                else:
+                    figures = _type2(spark, tables, view)
         finally:
-            spark.conf.unset(_TXN_APP_ID)
-            spark.conf.unset(_TXN_VERSION)
             spark.catalog.dropTempView(view)
             batch.unpersist()
         if spec.scd_type == 1 and batch_id % FORGET_EVERY == 0:
