@@ -141,11 +141,15 @@ def plugin(folder: Path) -> None:
     report("plugin", folder, spark, "plugin", started)
 
 
-def handwritten(folder: Path) -> None:
+def handwritten(folder: Path, exact: bool = False) -> None:
+    """``exact``: with the plugin's guarantees written by hand too (deletes
+    remembered beside the table, the MERGE tagged with Delta's idempotent
+    pair), no figures."""
     from pyspark.sql import functions as F
 
     spark = session()
-    path = str(folder / "handwritten")
+    name = "handwritten_exact" if exact else "handwritten"
+    path = str(folder / name)
     image = F.from_json(
         "value",
         "STRUCT<op: STRING, before: STRUCT<id: INT, "
@@ -173,8 +177,14 @@ def handwritten(folder: Path) -> None:
     spark.createDataFrame(
         [], "id INT, lsn BIGINT, name STRING, city STRING, balance BIGINT"
     ).write.format("delta").save(path)
+    if exact:
+        spark.sql(
+            f"CREATE TABLE delta.`{path}/_deletes` (id INT, lsn BIGINT) USING delta"
+        )
 
     def merge(batch, batch_id):
+        if exact:
+            return merge_exact(batch, batch_id)
         batch.createOrReplaceTempView("batch")
         batch.sparkSession.sql(
             f"""MERGE INTO delta.`{path}` t USING (
@@ -187,15 +197,44 @@ def handwritten(folder: Path) -> None:
                 balance) VALUES (s.id, s.lsn, s.name, s.city, s.balance)"""
         )
 
+    def merge_exact(batch, batch_id):
+        spark = batch.sparkSession
+        latest = spark.sql(
+            f"""SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY id
+            ORDER BY lsn DESC) AS n FROM {{batch}}) s LEFT ANTI JOIN (SELECT id,
+            max(lsn) AS gone FROM delta.`{path}/_deletes` GROUP BY id) d
+            ON s.id = d.id AND s.lsn < d.gone WHERE n = 1""",
+            batch=batch,
+        ).persist()
+        spark.conf.set("spark.databricks.delta.write.txnAppId", query.id)
+        spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+        try:
+            spark.sql(
+                f"""MERGE INTO delta.`{path}` t USING {{latest}} s ON t.id = s.id
+                WHEN MATCHED AND s.lsn > t.lsn AND s.op = 'd' THEN DELETE
+                WHEN MATCHED AND s.lsn > t.lsn THEN UPDATE SET t.lsn = s.lsn,
+                    t.name = s.name, t.city = s.city, t.balance = s.balance
+                WHEN NOT MATCHED AND s.op != 'd' THEN INSERT (id, lsn, name,
+                    city, balance) VALUES (s.id, s.lsn, s.name, s.city, s.balance)""",
+                latest=latest,
+            )
+        finally:
+            spark.conf.unset("spark.databricks.delta.write.txnAppId")
+            spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        latest.where("op = 'd'").select("id", "lsn").write.format("delta").mode(
+            "append"
+        ).save(f"{path}/_deletes")
+        latest.unpersist()
+
     started = time.monotonic()
     query = (
         parsed.writeStream.foreachBatch(merge)
         .trigger(availableNow=True)
-        .option("checkpointLocation", str(folder / "handwritten_cp"))
+        .option("checkpointLocation", str(folder / f"{name}_cp"))
         .start()
     )
     query.awaitTermination()
-    report("handwritten", folder, spark, "handwritten", started)
+    report(name, folder, spark, name, started)
 
 
 def report(name, folder, spark, table, started) -> None:
@@ -219,15 +258,25 @@ def compare(folder: Path) -> None:
     spark = session()
     columns = ["id", "name", "city", "balance"]
     a = spark.read.format("delta").load(str(folder / "plugin")).select(*columns)
-    b = spark.read.format("delta").load(str(folder / "handwritten")).select(*columns)
-    different = a.exceptAll(b).count() + b.exceptAll(a).count()
-    print(json.dumps({"rows": a.count(), "rows differing": different}))
+    different = 0
+    for other in ("handwritten", "handwritten_exact"):
+        if (folder / other).exists():
+            b = spark.read.format("delta").load(str(folder / other)).select(*columns)
+            different += a.exceptAll(b).count() + b.exceptAll(a).count()
+            print(
+                json.dumps(
+                    {"against": other, "rows": a.count(), "differing": different}
+                )
+            )
     sys.exit(1 if different else 0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["make", "plugin", "handwritten", "compare"])
+    parser.add_argument(
+        "what",
+        choices=["make", "plugin", "handwritten", "handwritten_exact", "compare"],
+    )
     parser.add_argument("--folder", type=Path, required=True)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--events", type=int, default=20000)
@@ -236,12 +285,15 @@ def main() -> None:
     if args.what == "make":
         make(args.folder, args.files, args.events, args.keys)
         return
-    for own in ("plugin", "plugin_cp", "handwritten", "handwritten_cp"):
-        if args.what in own and args.what != "compare":
+    if args.what != "compare":
+        for own in (args.what, f"{args.what}_cp"):
             shutil.rmtree(args.folder / own, ignore_errors=True)
-    {"plugin": plugin, "handwritten": handwritten, "compare": compare}[args.what](
-        args.folder
-    )
+    {
+        "plugin": plugin,
+        "handwritten": handwritten,
+        "handwritten_exact": lambda folder: handwritten(folder, exact=True),
+        "compare": compare,
+    }[args.what](args.folder)
 
 
 if __name__ == "__main__":

@@ -74,8 +74,9 @@ def table(spark, path: str, scd_type: int, seq: str = "lsn") -> set[tuple]:
 def apply_batches(spark, tmp_path, spec: Changes, batches: list[list[dict]]) -> str:
     path = str(tmp_path / "table")
     first = spark.createDataFrame([], SCHEMA)
-    create_target(spark, path, spec, first)
-    apply = keep_changes(path, spec, "customers", lambda: "app-1")
+    new = create_target(spark, path, spec, first)
+    assert new  # its first inserts appended
+    apply = keep_changes(path, spec, "customers", lambda: "app-1", new)
     for batch_id, batch in enumerate(batches):
         rows = [tuple(c[k] for k in COLUMNS) for c in batch]
         apply(spark.createDataFrame(rows, SCHEMA), batch_id)

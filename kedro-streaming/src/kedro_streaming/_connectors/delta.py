@@ -142,7 +142,7 @@ def _keep_changes(
 ) -> StreamingQuery:
     spec = Changes.parse(entry.sink.changes)
     path, checkpoint = entry.path, entry.checkpoint
-    create_target(data.sparkSession, path, spec, data)
+    new = create_target(data.sparkSession, path, spec, data)
     ids: list[str] = []
 
     def query_id() -> str:  # known once the query has started
@@ -151,7 +151,7 @@ def _keep_changes(
         return ids[0]
 
     name = entry.sink.query_name or path.rstrip("/").rsplit("/", 1)[-1]
-    return writer.foreachBatch(keep_changes(path, spec, name, query_id)).start()
+    return writer.foreachBatch(keep_changes(path, spec, name, query_id, new)).start()
 
 
 def delta_package_for(spark_version: str, scala_version: str = "2.13") -> str | None:

@@ -12,10 +12,12 @@ query's id and the batch id: a batch replayed after a crash changes nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
@@ -34,17 +36,16 @@ DELTA = "delta"
 # the table has already recorded is skipped.
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-_DELETE, _CATEGORY, _DELETED_AT = "__delete", "__category", "__deleted_at"
+_DELETE, _DELETED_AT = "__delete", "__deleted_at"
 FORGET_EVERY = 50
 # What became of each change of a micro-batch, in the order the log line says.
 OUTCOMES = (
     "inserted",
     "updated",
     "deleted",
-    "older than the table's row",
-    "repeated",
+    "not newer than the table's row",
+    "deletes changing nothing",
     "older than a remembered delete",
-    "deleting a row not in the table",
     "superseded in its micro-batch",
 )
 
@@ -103,12 +104,14 @@ class Tables:
             f"{q(c)} IS NOT NULL" for c in (*self.spec.keys, *self.spec.sequence)
         )
 
-    def ranked(self, view: str) -> str:
-        """The batch's changes with a key and a sequence, a delete flagged."""
+    def ranked(self, view: str, all_rows: bool = True) -> str:
+        """The batch's changes, a delete flagged, ``__valid`` when it has a
+        key and a sequence (only those unless ``all_rows``)."""
         cols = ", ".join(q(c) for c in self.kept)
         return (
-            f"SELECT {cols}, coalesce(({self.delete}), false) AS {_DELETE} "
-            f"FROM {view} WHERE {self.valid()}"
+            f"SELECT {cols}, coalesce(({self.delete}), false) AS {_DELETE}, "
+            f"{self.valid()} AS __valid FROM {view}"
+            + ("" if all_rows else f" WHERE {self.valid()}")
         )
 
     def order(self) -> str:
@@ -119,31 +122,35 @@ class Tables:
 
 
 def keep_changes(
-    path: str, spec: Changes, name: str, query_id: Callable[[], str]
+    path: str,
+    spec: Changes,
+    name: str,
+    query_id: Callable[[], str],
+    new_table: bool = False,
 ) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function applying each micro-batch of changes to the
-    Delta table at ``path``, as ``spec`` says (types 1 and 2)."""
+    Delta table at ``path``, as ``spec`` says (types 1 and 2). A ``new_table``
+    (just created, empty) takes its first inserts appended, not MERGEd."""
+
+    first_load = [new_table]  # until the first commit
 
     def apply(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
         tables = Tables(spec, path, batch.columns)
         view = f"changes_{query_id().replace('-', '_')}"
-        # Every partition computed even when Delta skips a replayed MERGE: a
-        # stateful query commits its state only then (as upsert_batches).
-        batch.persist()
-        total = batch.count()
         batch.createOrReplaceTempView(view)
         try:
-            with idempotent(spark, query_id(), batch_id):
-                if spec.scd_type == 1:
-                    figures = _type1(spark, tables, view)
-                else:
-                    figures = _type2(spark, tables, view)
+            pair = functools.partial(idempotent, spark, query_id(), batch_id)
+            if spec.scd_type == 1:
+                figures = _type1(spark, tables, view, first_load, pair)
+            else:
+                with pair():
+                    figures = _type2(spark, tables, view, batch)
         finally:
             spark.catalog.dropTempView(view)
-            batch.unpersist()
-        if spec.scd_type == 1 and batch_id % FORGET_EVERY == 0:
+        if spec.scd_type == 1 and batch_id and batch_id % FORGET_EVERY == 0:
             forget_deletes(spark, path, spec)  # outside the pair: its own commit
+        total = figures.pop("total")
         refused = total - figures.pop("changes")
         logger.info(
             "%s: micro-batch %d: %d changes: %s",
@@ -164,67 +171,103 @@ def keep_changes(
     return apply
 
 
-def _type1(spark: SparkSession, t: Tables, view: str) -> dict[str, int]:
-    kept = t.kept
-    deletes = t.table(DELETES_FOLDER)
-    row_seq, new_seq = t.seq("r"), t.seq("c")
-    on_row = t.on_keys("c", "r")
-    spark.sql(
-        f"SELECT *, row_number() OVER (PARTITION BY {t.keys()} ORDER BY "
-        f"{t.order()}) AS __rank FROM ({t.ranked(view)}) c"
-    ).createOrReplaceTempView(f"{view}_ranked")
-    classified = spark.sql(
+def _type1(
+    spark: SparkSession,
+    t: Tables,
+    view: str,
+    first_load: list[bool],
+    pair: Callable[[], contextlib.AbstractContextManager],
+) -> dict[str, int]:
+    """The newest change of each key not older than its remembered delete,
+    MERGEd when newer than the table's row; the deletes remembered. Delta's
+    MERGE says what it inserted, updated and deleted: no other pass reads
+    the table. One pass over the micro-batch computes every partition, even
+    when Delta skips a replayed batch's MERGE (a stateful query commits its
+    state only then, as ``upsert_batches``).
+
+    The table's commit carries the batch's idempotent ``pair``; the deletes'
+    append does not: appended again, a delete is the same fact (the newest
+    is read), and the pair would cost a job reading the side table's state
+    (1 s a micro-batch here), which a MERGE reads anyway."""
+    latest = spark.sql(
         f"""
-        SELECT c.*, CASE
-            WHEN c.__rank > 1 THEN 'superseded in its micro-batch'
-            WHEN d.__present AND {new_seq} < d.__seq THEN 'older than a remembered delete'
-            WHEN r.__present IS NULL AND c.{_DELETE} THEN 'deleting a row not in the table'
-            WHEN r.__present IS NULL THEN 'inserted'
-            WHEN {new_seq} < {row_seq} THEN 'older than the table''s row'
-            WHEN {new_seq} = {row_seq} THEN 'repeated'
-            WHEN c.{_DELETE} THEN 'deleted'
-            ELSE 'updated' END AS {_CATEGORY}
-        FROM {view}_ranked c
-        LEFT JOIN (SELECT {t.keys()}, max({t.seq("x")}) AS __seq, true AS __present
-                   FROM {deletes} x GROUP BY {t.keys()}) d ON {t.on_keys("c", "d")}
-        LEFT JOIN (SELECT {t.keys()}, {", ".join(q(s) for s in t.spec.sequence)},
-                   true AS __present FROM {t.table()}) r ON {on_row}
+        SELECT c.*, coalesce({t.seq("c")} < d.__seq, false) AS __stale FROM (
+            SELECT *, row_number() OVER (PARTITION BY {t.keys()}, __valid
+            ORDER BY {t.order()}) AS __rank FROM ({t.ranked(view)}) c) c
+        LEFT JOIN (SELECT {t.keys()}, max({t.seq("x")}) AS __seq
+                   FROM {t.table(DELETES_FOLDER)} x GROUP BY {t.keys()}) d
+        ON {t.on_keys("c", "d")}
         """
     ).persist()
     try:
-        figures = _counts(classified)
-        classified.createOrReplaceTempView(f"{view}_classified")
-        if figures["updated"] or figures["deleted"]:
-            cols = ", ".join(q(c) for c in kept)
-            sets = ", ".join(f"t.{q(c)} = s.{q(c)}" for c in kept)
-            spark.sql(
-                f"MERGE INTO {t.table()} AS t USING (SELECT * FROM "
-                f"{view}_classified WHERE {_CATEGORY} IN ('inserted', 'updated', "
-                f"'deleted')) AS s ON {t.on_keys('t', 's')} "
-                f"WHEN MATCHED AND s.{_CATEGORY} = 'deleted' THEN DELETE "
-                f"WHEN MATCHED THEN UPDATE SET {sets} "
-                f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES "
-                f"({', '.join(f's.{q(c)}' for c in kept)})"
-            )
-        elif figures["inserted"]:  # new keys only: appended, no join
-            classified.where(f"{_CATEGORY} = 'inserted'").select(*kept).write.format(
-                DELTA
-            ).mode("append").save(t.path)
-        if figures["deleted"] or figures["deleting a row not in the table"]:
-            _remember_deletes(spark, t, f"{view}_classified")
+        total, superseded, stale, deletes, others = latest.selectExpr(
+            "count(*)",
+            "count_if(__valid AND __rank > 1)",
+            "count_if(__valid AND __rank = 1 AND __stale)",
+            f"count_if(__valid AND __rank = 1 AND NOT __stale AND {_DELETE})",
+            f"count_if(__valid AND __rank = 1 AND NOT __stale AND NOT {_DELETE})",
+        ).first()
+        latest.where("__valid AND __rank = 1 AND NOT __stale").createOrReplaceTempView(
+            f"{view}_latest"
+        )
+        done = {"inserted": 0, "updated": 0, "deleted": 0}
+        if deletes or others:
+            with pair():
+                done = _merge(spark, t, f"{view}_latest", first_load[0], others)
+            first_load[0] = False
+        if deletes:
+            _remember_deletes(spark, t, f"{view}_latest")
     finally:
-        classified.unpersist()
-    return figures
+        latest.unpersist()
+    return {
+        **done,
+        "not newer than the table's row": others - done["inserted"] - done["updated"],
+        "deletes changing nothing": deletes - done["deleted"],
+        "older than a remembered delete": stale,
+        "superseded in its micro-batch": superseded,
+        "changes": superseded + stale + deletes + others,
+        "total": total,
+    }
 
 
-def _remember_deletes(spark: SparkSession, t: Tables, classified: str) -> None:
-    """Each applied delete's key and sequence, with when (appended: a key's
-    newest is the one read)."""
+def _merge(
+    spark: SparkSession, t: Tables, latest: str, first_load: bool, inserts: int
+) -> dict[str, int]:
+    """The newest changes MERGEd (the ``inserts`` appended when the table has
+    no file yet): what Delta says it inserted, updated and deleted."""
+    kept, cols = t.kept, ", ".join(q(c) for c in t.kept)
+    if first_load and inserts:  # nothing to match: appended
+        spark.table(latest).where(f"NOT {_DELETE}").select(*kept).write.format(
+            DELTA
+        ).mode("append").save(t.path)
+        return {"inserted": inserts, "updated": 0, "deleted": 0}
+    newer = f"{t.seq('s')} > {t.seq('t')}"
+    merged = spark.sql(
+        f"MERGE INTO {t.table()} AS t USING {latest} AS s "
+        f"ON {t.on_keys('t', 's')} "
+        f"WHEN MATCHED AND {newer} AND s.{_DELETE} THEN DELETE "
+        f"WHEN MATCHED AND {newer} THEN UPDATE SET "
+        + ", ".join(f"t.{q(c)} = s.{q(c)}" for c in kept)
+        + f" WHEN NOT MATCHED AND NOT s.{_DELETE} THEN INSERT ({cols}) "
+        f"VALUES ({', '.join(f's.{q(c)}' for c in kept)})"
+    ).first()
+    if merged is None:  # a replayed batch whose commit Delta already has
+        return {"inserted": 0, "updated": 0, "deleted": 0}
+    return {
+        "inserted": merged["num_inserted_rows"],
+        "updated": merged["num_updated_rows"],
+        "deleted": merged["num_deleted_rows"],
+    }
+
+
+def _remember_deletes(spark: SparkSession, t: Tables, latest: str) -> None:
+    """Each key's newest delete, with when (appended: a key's newest is the
+    one read). One older than the table's row is kept too: a change older
+    than it is older than the row, so it blocks nothing that is not."""
     own = ", ".join(q(c) for c in (*t.spec.keys, *t.spec.sequence))
     now = datetime.now(timezone.utc).replace(tzinfo=None).isoformat()
     spark.sql(
-        f"SELECT {own}, TIMESTAMP'{now}' AS {_DELETED_AT} FROM {classified} "
-        f"WHERE {_CATEGORY} IN ('deleted', 'deleting a row not in the table')"
+        f"SELECT {own}, TIMESTAMP'{now}' AS {_DELETED_AT} FROM {latest} WHERE {_DELETE}"
     ).write.format(DELTA).mode("append").save(f"{t.path}/{DELETES_FOLDER}")
 
 
@@ -240,17 +283,25 @@ def forget_deletes(spark: SparkSession, path: str, spec: Changes) -> None:
     )
 
 
-def _type2(spark: SparkSession, t: Tables, view: str) -> dict[str, int]:
+def _type2(
+    spark: SparkSession, t: Tables, view: str, batch: DataFrame
+) -> dict[str, int]:
     seqs = t.spec.sequence
+    # Every partition computed even when Delta skips a replayed MERGE: a
+    # stateful query commits its state only then (as upsert_batches).
+    batch.persist()
     log = t.table(LOG_FOLDER)
     spark.sql(
-        f"SELECT * EXCEPT (__rank) FROM (SELECT *, row_number() OVER (PARTITION BY "
+        f"SELECT * EXCEPT (__rank, __valid) FROM (SELECT *, row_number() OVER (PARTITION BY "
         f"{t.keys()}, {', '.join(q(s) for s in seqs)} ORDER BY {t.order()}) AS __rank "
-        f"FROM ({t.ranked(view)}) c) WHERE __rank = 1"
+        f"FROM ({t.ranked(view, all_rows=False)}) c) WHERE __rank = 1"
     ).createOrReplaceTempView(f"{view}_changes")
     changes = spark.table(f"{view}_changes").persist()
     try:
-        valid = spark.sql(f"SELECT count(*) FROM ({t.ranked(view)})").first()[0]
+        total = batch.count()
+        valid = spark.sql(
+            f"SELECT count(*) FROM ({t.ranked(view, all_rows=False)})"
+        ).first()[0]
         on_change = t.on_keys("l", "c") + "".join(
             f" AND l.{q(s)} = c.{q(s)}" for s in seqs
         )
@@ -266,6 +317,7 @@ def _type2(spark: SparkSession, t: Tables, view: str) -> dict[str, int]:
         written = _write_versions(spark, t, view)
     finally:
         changes.unpersist()
+        batch.unpersist()
     inserted = logged["num_inserted_rows"] if logged else 0
     return {
         "changes": valid,
@@ -274,6 +326,7 @@ def _type2(spark: SparkSession, t: Tables, view: str) -> dict[str, int]:
         "versions rewritten": written["rewritten"],
         "versions removed": written["removed"],
         "repeated": valid - inserted,
+        "total": total,
     }
 
 
@@ -365,13 +418,6 @@ def _write_versions(spark: SparkSession, t: Tables, view: str) -> dict[str, int]
     }
 
 
-def _counts(classified: DataFrame) -> dict[str, int]:
-    counted = dict(classified.groupBy(_CATEGORY).count().collect())
-    figures = {what: counted.get(what, 0) for what in OUTCOMES}
-    figures["changes"] = sum(counted.values())
-    return figures
-
-
 def _create_beside(spark: SparkSession, t: Tables, schema: T.StructType) -> None:
     """The table beside the target a type keeps (type 1's remembered deletes,
     type 2's changes), unless there is one."""
@@ -384,10 +430,7 @@ def _create_beside(spark: SparkSession, t: Tables, schema: T.StructType) -> None
     else:
         fields = [schema[c] for c in t.kept] + [T.StructField(_DELETE, T.BooleanType())]
         path = f"{t.path}/{LOG_FOLDER}"
-    spark.createDataFrame([], T.StructType(fields)).write.format(DELTA).mode(
-        "ignore"
-    ).save(path)
-    _add_columns(spark, path, T.StructType(fields))
+    _create(spark, path, T.StructType(fields))
 
 
 def table_schema(spec: Changes, written: T.StructType) -> T.StructType:
@@ -402,16 +445,42 @@ def table_schema(spec: Changes, written: T.StructType) -> T.StructType:
 
 def create_target(
     spark: SparkSession, path: str, spec: Changes, data: DataFrame
-) -> None:
+) -> bool:
     """The table ``spec`` keeps and the one beside it, unless there are;
     columns the changes gained since are added (rows before have them null).
+    Whether the table is new.
 
-    Made as the query starts, on the run's session: ``createDataFrame``
-    makes its session the active one, which a micro-batch's is not."""
-    schema = table_schema(spec, data.schema)
-    spark.createDataFrame([], schema).write.format(DELTA).mode("ignore").save(path)
-    _add_columns(spark, path, schema)
+    Made as the query starts, on the run's session, outside any micro-batch's
+    idempotent pair."""
+    try:
+        spark.read.format(DELTA).load(path)
+        new = False
+    except AnalysisException:  # not a Delta table (yet)
+        new = True
+    _create(spark, path, table_schema(spec, data.schema))
     _create_beside(spark, Tables(spec, path, data.columns), data.schema)
+    return new
+
+
+def _create(spark: SparkSession, path: str, schema: T.StructType) -> None:
+    """A Delta table of ``schema`` at ``path`` unless there is one (a commit
+    of its log, no job: 0.4 s against 1 s for an empty DataFrame written),
+    nullable as a DataFrame's write makes it; then any columns it lacks."""
+    ddl = _nullable(schema).toDDL()
+    spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({ddl}) USING {DELTA}")
+    _add_columns(spark, path, schema)
+
+
+def _nullable(kind: T.DataType) -> T.DataType:
+    if isinstance(kind, T.StructType):
+        return T.StructType(
+            [T.StructField(f.name, _nullable(f.dataType), True) for f in kind.fields]
+        )
+    if isinstance(kind, T.ArrayType):
+        return T.ArrayType(_nullable(kind.elementType), True)
+    if isinstance(kind, T.MapType):
+        return T.MapType(kind.keyType, _nullable(kind.valueType), True)
+    return kind
 
 
 def _add_columns(spark: SparkSession, path: str, schema: T.StructType) -> None:
