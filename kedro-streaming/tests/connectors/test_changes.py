@@ -10,6 +10,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kedro_streaming._cli.sinks import _described_totals
 from kedro_streaming._connectors.changes import (
     END_AT,
     START_AT,
@@ -18,6 +19,8 @@ from kedro_streaming._connectors.changes import (
     column_problems,
 )
 from kedro_streaming._connectors.scd import create_target, keep_changes
+from kedro_streaming._observe.metrics import StreamMetrics
+from kedro_streaming._observe.state import StreamState
 from pyspark.sql import SparkSession
 
 SCHEMA = "id INT, lsn BIGINT, _op STRING, name STRING, city STRING"
@@ -278,6 +281,21 @@ def cdc_catalog(folder, **changes):
     )
 
 
+T1_ZERO = dict.fromkeys(
+    [
+        "inserted",
+        "updated",
+        "deleted",
+        "not_newer_than_row",
+        "delete_changing_nothing",
+        "older_than_remembered_delete",
+        "superseded_in_batch",
+        "without_key_or_sequence",
+    ],
+    0,
+)
+
+
 def cdc_run(catalog) -> None:
     from kedro.pipeline import node, pipeline  # noqa: PLC0415
     from kedro.runner import SequentialRunner  # noqa: PLC0415
@@ -354,6 +372,69 @@ def test_a_run_keeps_both_tables_from_debezium_events_and_quarantines_the_rest(
         "not a Debezium change event",
         "unsupported operation 't' (truncate)",
     ]
+    assert_outcomes_counted(tmp_path / "data" / "streams")
+
+
+def assert_outcomes_counted(streams) -> None:
+    """What became of the changes, worked out by hand from the two batches
+    above, in the progress log, the totals, `kedro streams status` and the
+    Prometheus series."""
+    state = StreamState(str(streams))
+    by_batch = {
+        (r["query"], r["batch"]): (r.get("changes"), r.get("versions"))
+        for r in state.records()
+    }
+    nothing = {"without_key_or_sequence": 0}
+    assert by_batch[("customers", 0)] == (
+        # key 1: 20 over 10; key 2: its delete over 10, no row yet; key 3 new
+        {**T1_ZERO, "inserted": 2, "delete_changing_nothing": 1,
+         "superseded_in_batch": 2},
+        {},
+    )  # fmt: skip
+    assert by_batch[("customers", 1)] == (
+        # 2@35 < its delete @40; 1@20 over 1@15, then equal to the row's; 3@50
+        {**T1_ZERO, "updated": 1, "not_newer_than_row": 1,
+         "older_than_remembered_delete": 1, "superseded_in_batch": 1},
+        {},
+    )  # fmt: skip
+    assert by_batch[("customer_history", 0)] == (
+        {"added_to_history": 5, "repeated": 0, **nothing},
+        {"opened": 4, "closed": 0, "rewritten": 0, "removed": 0},
+    )
+    assert by_batch[("customer_history", 1)] == (
+        # 1@15 and 2@35 split a version each (its end moves: rewritten); 3@50
+        # closes 3@30; 1@20 is a copy
+        {"added_to_history": 3, "repeated": 1, **nothing},
+        {"opened": 3, "closed": 1, "rewritten": 2, "removed": 0},
+    )
+    totals = state.totals()
+    assert _described_totals(totals["customers"])[0] == (
+        "9 rows written in 2 batches, changes: 2 inserted, 1 updated, 1 not newer "
+        "than the table's row, 1 deletes changing nothing, 1 older than a "
+        "remembered delete, 3 superseded in its micro-batch"
+    )
+    assert _described_totals(totals["customer_history"])[0] == (
+        "9 rows written in 2 batches, changes: 8 added to the history, 1 repeated, "
+        "7 versions opened, 1 versions closed, 2 versions rewritten"
+    )
+    metrics = StreamMetrics()
+    for record in state.records():
+        metrics.record(record)
+    value = metrics.registry.get_sample_value
+    assert (
+        value(
+            "kedro_stream_changes_total",
+            {"query": "customers", "outcome": "superseded_in_batch"},
+        )
+        == 3
+    )
+    assert (
+        value(
+            "kedro_stream_versions_total",
+            {"query": "customer_history", "change": "opened"},
+        )
+        == 7
+    )
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from kedro_streaming._checks.spec import RunSpec
 from kedro_streaming._cli.project import _open, pipelines_option, queried
 from kedro_streaming._connectors import delta
 from kedro_streaming._connectors.base import LagUnknown
+from kedro_streaming._connectors.changes import describe_outcomes
 from kedro_streaming._dataset import SparkStreamingDataset
 from kedro_streaming._observe.progress import describe_expectations
 from kedro_streaming._observe.state_operators import StateOperator, describe_state
@@ -78,6 +79,10 @@ def _described_totals(query_totals: dict[str, Any] | None) -> list[str]:
     if query_totals.get("quarantined") or query_totals.get("expectations"):
         written += f", {query_totals['quarantined']} quarantined"
         written += describe_expectations(query_totals.get("expectations", {}))
+    if query_totals.get("changes"):
+        written += ", changes: " + describe_outcomes(
+            query_totals["changes"], query_totals.get("versions", {})
+        )
     if query_totals.get("late_state_rows_dropped"):
         written += (
             f", {query_totals['late_state_rows_dropped']} late state rows dropped"

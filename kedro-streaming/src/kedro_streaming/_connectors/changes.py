@@ -5,6 +5,7 @@ current rows; type 2: one row per version), read once with its problems."""
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,62 @@ START_AT, END_AT = "__start_at", "__end_at"
 # Beside the table's data, in folders Delta's readers and VACUUM leave alone
 # (their names start with `_`): type 1's remembered deletes, type 2's changes.
 DELETES_FOLDER, LOG_FOLDER = "_scd_deletes", "_scd_changes"
+# Beside a table kept from snapshots: the snapshots applied, one row each.
+SNAPSHOTS_FOLDER = "_scd_snapshots"
+# What became of a micro-batch's changes (the log line's words) and their
+# names as a metric's label: kedro_stream_changes_total{outcome=...}.
+CHANGE_OUTCOMES = {
+    "inserted": "inserted",
+    "updated": "updated",
+    "deleted": "deleted",
+    "not newer than the table's row": "not_newer_than_row",
+    "deletes changing nothing": "delete_changing_nothing",
+    "older than a remembered delete": "older_than_remembered_delete",
+    "superseded in its micro-batch": "superseded_in_batch",
+    "added to the history": "added_to_history",
+    "repeated": "repeated",
+    "without a key or a sequence": "without_key_or_sequence",
+    "unchanged in its snapshot": "unchanged_in_snapshot",
+    "in a snapshot not newer than the last applied": "in_older_snapshot",
+}
+# What a type 2 micro-batch did to versions (kedro_stream_versions_total).
+VERSION_CHANGES = ("opened", "closed", "rewritten", "removed")
+_outcomes: dict[tuple[str, int], dict[str, dict[str, int]]] = {}
+_outcomes_lock = threading.Lock()
+_KEPT_UNTAKEN = 1000
+
+
+def describe_outcomes(changes: dict[str, int], versions: dict[str, int]) -> str:
+    """Outcome labels and counts in the log line's words and order, nonzero
+    ones (``changes`` and ``versions`` in any order, as totals.json sorts)."""
+    said = [
+        f"{changes[label]} {words}"
+        for words, label in CHANGE_OUTCOMES.items()
+        if changes.get(label)
+    ]
+    return ", ".join(
+        said
+        + [f"{versions[v]} versions {v}" for v in VERSION_CHANGES if versions.get(v)]
+    )
+
+
+def record_outcomes(query_id: str, batch: int, outcomes: dict[str, dict]) -> None:
+    """What one micro-batch did (``changes`` by outcome label, ``versions``),
+    for the run's progress record of that batch (``take_outcomes``)."""
+    with _outcomes_lock:
+        _outcomes[(query_id, batch)] = outcomes
+        while len(_outcomes) > _KEPT_UNTAKEN:  # no run took them: the oldest go
+            del _outcomes[next(iter(_outcomes))]
+
+
+def take_outcomes(query_id: str, batch: int) -> dict[str, dict[str, int]] | None:
+    """What ``record_outcomes`` kept for the batch, once; ``None`` for a sink
+    not kept from changes (or whose micro-batches ran in another process, as
+    under Spark Connect: then only its log has them)."""
+    with _outcomes_lock:
+        return _outcomes.pop((query_id, batch), None)
+
+
 _KEYS = (
     "keys",
     "sequence",
@@ -27,6 +84,7 @@ _KEYS = (
     "track",
     "columns",
     "deletes_kept_for",
+    "from_snapshots",
 )
 _INTERVAL = re.compile(r"^\s*(\d+)\s*(second|minute|hour|day)s?\s*$")
 _SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
@@ -80,6 +138,7 @@ class Changes:
     track: Selection = Selection()
     columns: Selection = Selection()
     deletes_kept_seconds: int = 2 * 86400
+    from_snapshots: bool = False
 
     @classmethod
     def parse(cls, value: dict[str, Any]) -> Changes:
@@ -95,6 +154,7 @@ class Changes:
             deletes_kept_seconds=(
                 int(kept[1]) * _SECONDS[kept[2]] if kept else 2 * 86400
             ),
+            from_snapshots=value.get("from_snapshots") is True,
         )
 
     def delete_condition(self, columns: list[str]) -> str:
@@ -178,6 +238,42 @@ def changes_problems(value: Any) -> list[Problem]:
                 f"with deletes_kept_for {value['deletes_kept_for']!r}",
                 "CHANGES_DELETES_KEPT_FOR_NOT_AN_INTERVAL",
                 "give a number of seconds, minutes, hours or days, e.g. `2 days`",
+            )
+        )
+    return problems + _snapshot_problems(value)
+
+
+def _snapshot_problems(value: dict[str, Any]) -> list[Problem]:
+    snapshots = value.get("from_snapshots", False)
+    if snapshots not in (True, False):
+        return [
+            _problem(
+                f"with from_snapshots {snapshots!r}",
+                "CHANGES_FROM_SNAPSHOTS_NOT_A_BOOLEAN",
+                "use `from_snapshots: true` (each micro-batch holds whole "
+                "snapshots) or leave it out",
+            )
+        ]
+    if not snapshots:
+        return []
+    problems = [
+        _problem(
+            f"with `{key}` and from_snapshots: a key missing from a snapshot is "
+            "its delete, and an older snapshot is never applied",
+            "CHANGES_SNAPSHOTS_WITH_DELETES",
+            f"remove `{key}`",
+        )
+        for key in ("deletes", "deletes_kept_for")
+        if key in value
+    ]
+    sequence = value.get("sequence")
+    if isinstance(sequence, list) and len(sequence) > 1:
+        problems.append(
+            _problem(
+                "from snapshots with a sequence of several columns",
+                "CHANGES_SNAPSHOTS_SEQUENCE",
+                "name the one column that orders the snapshots (e.g. the "
+                "snapshot's date), `sequence: snapshot_at`",
             )
         )
     return problems

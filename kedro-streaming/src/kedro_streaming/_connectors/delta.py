@@ -24,10 +24,10 @@ from kedro_streaming._connectors.changes import (
 from kedro_streaming._connectors.files import missing_local_folder
 from kedro_streaming._connectors.scd import (
     create_target,
-    idempotent,
     keep_changes,
     table_schema,
 )
+from kedro_streaming._connectors.scd_sql import idempotent
 from kedro_streaming.errors import StreamingConfigError
 from kedro_streaming.problems import Problem
 

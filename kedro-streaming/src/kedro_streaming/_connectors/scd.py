@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from pyspark.errors import AnalysisException
@@ -22,103 +22,30 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from kedro_streaming._connectors.changes import (
+    CHANGE_OUTCOMES,
     DELETES_FOLDER,
     END_AT,
     LOG_FOLDER,
+    SNAPSHOTS_FOLDER,
     START_AT,
+    VERSION_CHANGES,
     Changes,
+    describe_outcomes,
+    record_outcomes,
 )
+from kedro_streaming._connectors.scd_sql import (
+    DELETE_FLAG,
+    DELTA,
+    Tables,
+    idempotent,
+    q,
+)
+from kedro_streaming._connectors.snapshots import APPLIED_AT, apply_snapshots
 
 logger = logging.getLogger("kedro_streaming.delta")
 
-DELTA = "delta"
-# Delta's switches for idempotent DML: a commit whose (app id, version) pair
-# the table has already recorded is skipped.
-_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-_DELETE, _DELETED_AT = "__delete", "__deleted_at"
+_DELETE, _DELETED_AT = DELETE_FLAG, "__deleted_at"
 FORGET_EVERY = 50
-# What became of each change of a micro-batch, in the order the log line says.
-OUTCOMES = (
-    "inserted",
-    "updated",
-    "deleted",
-    "not newer than the table's row",
-    "deletes changing nothing",
-    "older than a remembered delete",
-    "superseded in its micro-batch",
-)
-
-
-@contextlib.contextmanager
-def idempotent(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
-    """Delta writes within carry (``app_id``, ``version``): one a table has
-    already recorded is skipped, as a micro-batch replayed after a crash."""
-    spark.conf.set(_TXN_APP_ID, app_id)
-    spark.conf.set(_TXN_VERSION, str(version))
-    try:
-        yield
-    finally:
-        spark.conf.unset(_TXN_APP_ID)
-        spark.conf.unset(_TXN_VERSION)
-
-
-def q(name: str) -> str:
-    """A column's name quoted for Spark SQL."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-class Tables:
-    """The table's SQL for one spec: keys, sequence and kept columns."""
-
-    def __init__(self, spec: Changes, path: str, columns: list[str]) -> None:
-        self.spec, self.path = spec, path.rstrip("/")
-        self.kept = spec.kept(columns)
-        self.delete = spec.delete_condition(columns)
-        self.tracked = spec.tracked(columns) if spec.scd_type == 2 else []
-
-    def table(self, folder: str = "") -> str:
-        return f"delta.`{self.path}{'/' + folder if folder else ''}`"
-
-    def seq(self, alias: str) -> str:
-        """The sequence as one comparable value (a struct when several)."""
-        cols = [f"{alias}.{q(c)}" for c in self.spec.sequence]
-        if len(cols) == 1:
-            return cols[0]
-        return (
-            "named_struct("
-            + ", ".join(
-                f"'{c}', {col}" for c, col in zip(self.spec.sequence, cols, strict=True)
-            )
-            + ")"
-        )
-
-    def on_keys(self, left: str, right: str) -> str:
-        return " AND ".join(f"{left}.{q(k)} = {right}.{q(k)}" for k in self.spec.keys)
-
-    def keys(self, alias: str = "") -> str:
-        return ", ".join(f"{alias}{q(k)}" for k in self.spec.keys)
-
-    def valid(self) -> str:
-        return " AND ".join(
-            f"{q(c)} IS NOT NULL" for c in (*self.spec.keys, *self.spec.sequence)
-        )
-
-    def ranked(self, view: str, all_rows: bool = True) -> str:
-        """The batch's changes, a delete flagged, ``__valid`` when it has a
-        key and a sequence (only those unless ``all_rows``)."""
-        cols = ", ".join(q(c) for c in self.kept)
-        return (
-            f"SELECT {cols}, coalesce(({self.delete}), false) AS {_DELETE}, "
-            f"{self.valid()} AS __valid FROM {view}"
-            + ("" if all_rows else f" WHERE {self.valid()}")
-        )
-
-    def order(self) -> str:
-        """Newest first (changes aliased ``c``); at one sequence a delete,
-        then the greatest row."""
-        kept = ", ".join(f"c.{q(c)}" for c in self.kept)
-        return f"{self.seq('c')} DESC, c.{_DELETE} DESC, to_json(struct({kept})) DESC"
 
 
 def keep_changes(
@@ -141,7 +68,9 @@ def keep_changes(
         batch.createOrReplaceTempView(view)
         try:
             pair = functools.partial(idempotent, spark, query_id(), batch_id)
-            if spec.scd_type == 1:
+            if spec.from_snapshots:
+                figures = _snapshots(spark, tables, view, batch, first_load)
+            elif spec.scd_type == 1:
                 figures = _type1(spark, tables, view, first_load, pair)
             else:
                 with pair():
@@ -152,12 +81,27 @@ def keep_changes(
             forget_deletes(spark, path, spec)  # outside the pair: its own commit
         total = figures.pop("total")
         refused = total - figures.pop("changes")
+        versions = {
+            what: figures.pop(f"versions {what}")
+            for what in VERSION_CHANGES
+            if f"versions {what}" in figures
+        }
+        figures["without a key or a sequence"] = refused
+        changes = {  # in one order, whatever order they were counted in
+            label: figures[said]
+            for said, label in CHANGE_OUTCOMES.items()
+            if said in figures
+        }
+        record_outcomes(
+            query_id(), batch_id, {"changes": changes, "versions": versions}
+        )
         logger.info(
-            "%s: micro-batch %d: %d changes: %s",
+            "%s: micro-batch %d: %d %s: %s",
             name,
             batch_id,
             total,
-            ", ".join(f"{n} {what}" for what, n in figures.items() if n),
+            "snapshot rows" if spec.from_snapshots else "changes",
+            describe_outcomes(changes, versions),
         )
         if refused:
             logger.warning(
@@ -169,6 +113,35 @@ def keep_changes(
             )
 
     return apply
+
+
+def _snapshots(
+    spark: SparkSession,
+    t: Tables,
+    view: str,
+    batch: DataFrame,
+    first_load: list[bool],
+) -> dict[str, int]:
+    """A micro-batch of whole snapshots, each applied as the changes it makes
+    (no idempotent pair: a snapshot applied again changes nothing)."""
+
+    def apply(changes_view: str, changes: DataFrame) -> dict[str, int]:
+        tables = Tables(t.spec, t.path, changes.columns)
+        if t.spec.scd_type == 1:
+            return _type1(
+                spark, tables, changes_view, first_load, contextlib.nullcontext
+            )
+        return _type2(spark, tables, changes_view, changes)
+
+    batch.persist()
+    try:
+        total = batch.count()
+        figures = apply_snapshots(spark, t, view, apply)
+        valid = spark.sql(f"SELECT count(*) FROM {view} WHERE {t.valid()}").first()[0]
+    finally:
+        batch.unpersist()
+    # The snapshots' deletes are not rows of theirs: counted, not summed in.
+    return {**figures, "changes": valid, "total": total}
 
 
 def _type1(
@@ -320,12 +293,10 @@ def _type2(
         batch.unpersist()
     inserted = logged["num_inserted_rows"] if logged else 0
     return {
-        "changes": valid,
-        "versions opened": written["opened"],
-        "versions closed": written["closed"],
-        "versions rewritten": written["rewritten"],
-        "versions removed": written["removed"],
+        "added to the history": inserted,
         "repeated": valid - inserted,
+        **{f"versions {what}": written[what] for what in VERSION_CHANGES},
+        "changes": valid,
         "total": total,
     }
 
@@ -431,6 +402,12 @@ def _create_beside(spark: SparkSession, t: Tables, schema: T.StructType) -> None
         fields = [schema[c] for c in t.kept] + [T.StructField(_DELETE, T.BooleanType())]
         path = f"{t.path}/{LOG_FOLDER}"
     _create(spark, path, T.StructType(fields))
+    if t.spec.from_snapshots:
+        applied = [
+            schema[t.spec.sequence[0]],
+            T.StructField(APPLIED_AT, T.TimestampType()),
+        ]
+        _create(spark, f"{t.path}/{SNAPSHOTS_FOLDER}", T.StructType(applied))
 
 
 def table_schema(spec: Changes, written: T.StructType) -> T.StructType:

@@ -81,6 +81,18 @@ class StreamMetrics:
             "Records each expectation caught, and records that did not parse.",
             ["query", "rule"],
         )
+        self._changes = counter(
+            "changes",
+            "Changes reaching a Delta table kept from changes, by what became "
+            "of each (docs/cdc.md).",
+            ["query", "outcome"],
+        )
+        self._versions = counter(
+            "versions",
+            "Versions of a type 2 table's rows that the changes opened, closed "
+            "(gave an end), rewrote or removed.",
+            ["query", "change"],
+        )
         self._late = counter(
             "late_state_rows_dropped",
             "Rows that reached a stateful operator after the watermark passed "
@@ -149,6 +161,10 @@ class StreamMetrics:
         self._late.labels(query).inc(batch["late_state_rows_dropped"])
         for rule, records in batch["expectations"].items():
             self._expectations.labels(query, rule).inc(records)
+        for outcome, changes in batch.get("changes", {}).items():
+            self._changes.labels(query, outcome).inc(changes)
+        for change, versions in batch.get("versions", {}).items():
+            self._versions.labels(query, change).inc(versions)
         self._duration.labels(query).observe(batch["duration_ms"] / 1000)
         ended = unix_time(batch["time"]) + batch["duration_ms"] / 1000
         self._last_batch.labels(query).set(ended)

@@ -11,6 +11,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQuery
 
 from kedro_streaming._connectors.base import ROWS_READ_METRIC, ROWS_WRITTEN_METRIC
+from kedro_streaming._connectors.changes import take_outcomes
 from kedro_streaming._nodes.expectations import (
     EXPECTATIONS_METRIC,
     UNPARSED,
@@ -127,6 +128,8 @@ class ProgressLog:
         self.expectation_totals.setdefault(name, Counter()).update(caught)
         # The log's record, and the Prometheus series from the same record.
         record = batch_record(name, report, batch, caught)
+        # A table kept from changes: what its micro-batch did (scd.py).
+        record.update(take_outcomes(report.get("id", ""), report["batchId"]) or {})
         if self._state is not None:
             self._state.append(record)
         if self._metrics is not None:

@@ -80,9 +80,10 @@ class StreamState:
         query["batches"] += 1
         for key in TOTAL_KEYS[1:]:
             query[key] += record.get(key, 0)
-        for rule, count in record.get("expectations", {}).items():
-            caught = query.setdefault("expectations", {})
-            caught[rule] = caught.get(rule, 0) + count
+        for kind in ("expectations", "changes", "versions"):
+            for what, count in record.get(kind, {}).items():
+                summed = query.setdefault(kind, {})
+                summed[what] = summed.get(what, 0) + count
         query["last_batch"], query["last_time"] = record["batch"], record["time"]
         if record.get("state_operators"):  # the state as of the last batch
             query["state_operators"] = record["state_operators"]
