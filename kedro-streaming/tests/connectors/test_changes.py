@@ -248,7 +248,7 @@ def refused_changes(events):
     return debezium_changes(events, ROW).where("problems IS NOT NULL")
 
 
-def cdc_catalog(folder, **changes):
+def cdc_catalog(folder, files_per_batch=None, **changes):
     from kedro.io import DataCatalog  # noqa: PLC0415
 
     def table(name, **more):
@@ -268,6 +268,9 @@ def cdc_catalog(folder, **changes):
                 "type": "kedro_streaming.SparkStreamingDataset",
                 "file_format": "text",
                 "filepath": str(folder / "events"),
+                "load_args": (
+                    {"maxFilesPerTrigger": files_per_batch} if files_per_batch else {}
+                ),
             },
             "customers": table("customers", **changes),
             "customer_history": table("customer_history", scd_type=2),
