@@ -25,15 +25,35 @@ from pathlib import Path
 ROW = "id INT NOT NULL, name STRING, city STRING, balance BIGINT"
 
 
-def make(folder: Path, files: int, events: int, keys: int) -> None:
+def make(folder: Path, files: int, events: int, keys: int, snapshot: bool) -> None:
     """Debezium JSON events: each key created once, then updated or deleted,
-    in sequence order (a database's log), cut into ``files`` files."""
+    in sequence order (a database's log), cut into ``files`` files; with
+    ``snapshot``, a first file reads every key (op ``r``, as Debezium's
+    initial snapshot), so that the changes after it meet a table of ``keys``
+    rows."""
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "events").mkdir(parents=True)
     rng = random.Random(7)
     seen: set[int] = set()
     lsn = 0
-    for number in range(files):
+    if snapshot:
+        with (folder / "events" / "0000.json").open("w") as out:
+            for key in range(keys):
+                lsn += 1
+                row = {
+                    "id": key,
+                    "name": f"n{key % 1000}",
+                    "city": "Lyon",
+                    "balance": 0,
+                }
+                out.write(
+                    json.dumps(
+                        {"after": row, "source": {"lsn": lsn}, "op": "r", "ts_ms": lsn}
+                    )
+                    + "\n"
+                )
+                seen.add(key)
+    for number in range(int(snapshot), files + int(snapshot)):
         lines = []
         for _ in range(events):
             lsn += 1
@@ -85,7 +105,7 @@ def session():
     )
 
 
-def plugin(folder: Path) -> None:
+def plugin(folder: Path, scd_type: int = 1) -> None:
     from kedro.framework.hooks.manager import _create_hook_manager
     from kedro.io import DataCatalog
     from kedro.pipeline import node, pipeline
@@ -114,7 +134,7 @@ def plugin(folder: Path) -> None:
                 "filepath": str(folder / "plugin"),
                 "save_args": {
                     "checkpoint": str(folder / "plugin_cp"),
-                    "changes": {"keys": "id", "sequence": "_lsn"},
+                    "changes": {"keys": "id", "sequence": "_lsn", "scd_type": scd_type},
                 },
             },
         }
@@ -127,7 +147,11 @@ def plugin(folder: Path) -> None:
             (),
             {
                 "config_loader": {
-                    "streaming": {"trigger": "available_now", "metrics_port": 0}
+                    "streaming": {
+                        "trigger": "available_now",
+                        "metrics_port": 0,
+                        "state_dir": str(folder / "plugin_streams"),
+                    }
                 }
             },
         )
@@ -138,7 +162,9 @@ def plugin(folder: Path) -> None:
     hooks.before_pipeline_run({}, nodes, catalog)
     SequentialRunner().run(nodes, catalog, manager)
     hooks.after_pipeline_run({})
-    report("plugin", folder, spark, "plugin", started)
+    log = folder / "plugin_streams" / "progress.jsonl"
+    durations = [json.loads(line)["duration_ms"] for line in log.open()]
+    report("plugin", folder, spark, started, durations)
 
 
 def handwritten(folder: Path, exact: bool = False) -> None:
@@ -234,13 +260,14 @@ def handwritten(folder: Path, exact: bool = False) -> None:
         .start()
     )
     query.awaitTermination()
-    report(name, folder, spark, name, started)
+    durations = [p["batchDuration"] for p in query.recentProgress if p["numInputRows"]]
+    report(name, folder, spark, started, durations)
 
 
-def report(name, folder, spark, table, started) -> None:
+def report(name, folder, spark, started, durations) -> None:
     seconds = time.monotonic() - started
     events = sum(1 for f in (folder / "events").iterdir() for _ in f.open())
-    rows = spark.read.format("delta").load(str(folder / table)).count()
+    rows = spark.read.format("delta").load(str(folder / name)).count()
     print(
         json.dumps(
             {
@@ -249,6 +276,7 @@ def report(name, folder, spark, table, started) -> None:
                 "events": events,
                 "changes_per_second": round(events / seconds),
                 "rows": rows,
+                "batch_ms": durations,
             }
         )
     )
@@ -281,15 +309,17 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--keys", type=int, default=100000)
+    parser.add_argument("--snapshot", action="store_true")
+    parser.add_argument("--scd-type", type=int, default=1)
     args = parser.parse_args()
     if args.what == "make":
-        make(args.folder, args.files, args.events, args.keys)
+        make(args.folder, args.files, args.events, args.keys, args.snapshot)
         return
     if args.what != "compare":
-        for own in (args.what, f"{args.what}_cp"):
+        for own in (args.what, f"{args.what}_cp", f"{args.what}_streams"):
             shutil.rmtree(args.folder / own, ignore_errors=True)
     {
-        "plugin": plugin,
+        "plugin": lambda folder: plugin(folder, args.scd_type),
         "handwritten": handwritten,
         "handwritten_exact": lambda folder: handwritten(folder, exact=True),
         "compare": compare,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
-import warnings
 from typing import Any
 
 import fsspec
@@ -17,18 +16,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from kedro_streaming._connectors.avro.option import AvroOption, writes_avro
+from kedro_streaming._connectors.avro.option import AvroOption
 from kedro_streaming._connectors.base import ROWS_READ_METRIC, ROWS_WRITTEN_METRIC
 from kedro_streaming._connectors.entry_keys import (
     credentials_unread,
     entry_problems,
     redact,
     secrets_in,
-)
-from kedro_streaming._connectors.kafka.security import (
-    client_config,
-    entry_security,
-    python_config,
 )
 from kedro_streaming._connectors.registry import connector_for
 from kedro_streaming._connectors.sink_args import SinkArgs
@@ -39,23 +33,7 @@ from kedro_streaming.problems import Problem
 _LOADS = itertools.count()
 
 
-class _MovedIn011:
-    """The Kafka and Avro properties of 0.10, each still read, with a warning
-    that 0.13.0 removes it (the README's "Versions")."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name not in _MOVED:
-            raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
-        instead, value = _MOVED[name]
-        warnings.warn(
-            f"SparkStreamingDataset.{name} is deprecated and goes in 0.13.0: {instead}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return value(self)
-
-
-class SparkStreamingDataset(_MovedIn011, AbstractDataset[DataFrame, DataFrame]):
+class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
     """Loads a streaming DataFrame, or starts a streaming query that saves one.
 
     Saving starts the query and returns at once (``start()``: with a trigger
@@ -269,25 +247,6 @@ def _schema_from_file(schema: dict[str, Any]) -> StructType:
     with fsspec.open(schema["filepath"], **schema.get("credentials", {})) as handle:
         return StructType.fromJson(json.load(handle))
 
-
-_KAFKA_CLIENTS = "use kafka_producer(dataset=...) or kafka_consumer(dataset=...)"
-_MOVED: dict[str, tuple[str, Any]] = {
-    "kafka_security": ("use KafkaSecurity(credentials)", entry_security),
-    "kafka_client_config": (_KAFKA_CLIENTS, client_config),
-    "kafka_python_config": (_KAFKA_CLIENTS, python_config),
-    "kafka_options": (
-        "use KafkaSecurity(credentials).spark_options()",
-        lambda d: d.connector.spark_options(d),
-    ),
-    "reads_avro": ("read `avro is not None`", lambda d: d.avro is not None),
-    "writes_avro": ("read `avro is not None`", writes_avro),
-    "avro_schemas": ("read `avro.schemas`", lambda d: d.avro.schemas),
-    "avro_key_schemas": ("read `avro.key_schemas`", lambda d: d.avro.key_schemas),
-    "encode_values": (
-        "use connector.encode(dataset, data)",
-        lambda d: lambda data: d.connector.encode(d, data),
-    ),
-}
 
 # The keys a catalog entry may have: SparkStreamingDataset's arguments.
 _ENTRY_KEYS = tuple(

@@ -10,7 +10,6 @@ from kedro_streaming._connectors.avro.codec import value_schema
 from kedro_streaming._connectors.entry_keys import misspelt_args
 from kedro_streaming._connectors.options import OptionNames
 from kedro_streaming._connectors.registry import connector_for
-from kedro_streaming._dataset import _MOVED
 from kedro_streaming.errors import StreamingConfigError
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -287,26 +286,21 @@ def test_a_misspelt_load_args_key_is_named_and_spark_options_are_not(spark):
             assert misspelt == [], (file_format, direction)
 
 
-# Those that need no registry to read (the schemas are asked of one).
-MOVED = sorted(set(_MOVED) - {"avro_schemas", "avro_key_schemas"})
-
-
-@pytest.mark.parametrize("name", MOVED)
-def test_a_property_of_0_10_reads_as_before_with_a_warning(name):
-    dataset = SparkStreamingDataset(
-        file_format="kafka",
-        load_args={"subscribe": "t", "kafka.bootstrap.servers": "broker:9092"},
-        credentials={"security_protocol": "SASL_SSL", "username": "u", "password": "p"},
-    )
-    with pytest.warns(DeprecationWarning, match=f"{name} is deprecated .* 0.13.0"):
-        value = getattr(dataset, name)
-    expected = {
-        "kafka_client_config": lambda v: v["bootstrap.servers"] == "broker:9092",
-        "kafka_python_config": lambda v: v["bootstrap_servers"] == "broker:9092",
-        "kafka_security": lambda v: v.username == "u",
-        "kafka_options": lambda v: v["kafka.security.protocol"] == "SASL_SSL",
-        "reads_avro": lambda v: v is False,
-        "writes_avro": lambda v: v is False,
-        "encode_values": callable,
-    }
-    assert expected[name](value)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kafka_security",
+        "kafka_client_config",
+        "kafka_python_config",
+        "kafka_options",
+        "reads_avro",
+        "writes_avro",
+        "avro_schemas",
+        "avro_key_schemas",
+        "encode_values",
+    ],
+)
+def test_the_properties_of_0_10_are_gone_as_0_11_warned(name):
+    dataset = SparkStreamingDataset(file_format="kafka", load_args={"subscribe": "t"})
+    with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+        getattr(dataset, name)
