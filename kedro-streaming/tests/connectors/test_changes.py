@@ -196,6 +196,31 @@ def test_a_late_update_after_a_delete_stays_out_and_a_replayed_batch_changes_not
             "or remove `track`",
             id="track in type 1",
         ),
+        pytest.param(
+            {
+                "keys": "id",
+                "sequence": "lsn",
+                "deletes": "gone",
+                "from_snapshots": True,
+            },
+            "has changes with `deletes` and from_snapshots: a key missing from a "
+            "snapshot is its delete, and an older snapshot is never applied: "
+            "remove `deletes`",
+            id="snapshots with deletes",
+        ),
+        pytest.param(
+            {"keys": "id", "sequence": ["day", "hour"], "from_snapshots": True},
+            "has changes from snapshots with a sequence of several columns: name "
+            "the one column that orders the snapshots (e.g. the snapshot's date), "
+            "`sequence: snapshot_at`",
+            id="snapshots by two columns",
+        ),
+        pytest.param(
+            {"keys": "id", "sequence": "lsn", "from_snapshots": "yes"},
+            "has changes with from_snapshots 'yes': use `from_snapshots: true` "
+            "(each micro-batch holds whole snapshots) or leave it out",
+            id="from_snapshots not a boolean",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_named_with_their_fix(changes, message):

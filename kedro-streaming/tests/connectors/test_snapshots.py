@@ -5,7 +5,7 @@ in the order they arrive (an older one is not applied)."""
 from __future__ import annotations
 
 import pytest
-from kedro_streaming._connectors.changes import Changes, changes_problems
+from kedro_streaming._connectors.changes import Changes
 from kedro_streaming._connectors.scd import create_target, keep_changes
 
 from tests.connectors.test_changes import replay_type1, replay_type2, table
@@ -110,33 +110,3 @@ def test_snapshots_are_kept_as_the_changes_between_them(
     )
     assert table(spark, path, scd_type) == expected
     assert said == lines
-
-
-@pytest.mark.parametrize(
-    ("changes", "message"),
-    [
-        pytest.param(
-            {"deletes": "gone", "from_snapshots": True},
-            "has changes with `deletes` and from_snapshots: a key missing from a "
-            "snapshot is its delete, and an older snapshot is never applied: "
-            "remove `deletes`",
-            id="deletes",
-        ),
-        pytest.param(
-            {"sequence": ["day", "hour"], "from_snapshots": True},
-            "has changes from snapshots with a sequence of several columns: name "
-            "the one column that orders the snapshots (e.g. the snapshot's date), "
-            "`sequence: snapshot_at`",
-            id="two sequence columns",
-        ),
-        pytest.param(
-            {"from_snapshots": "yes"},
-            "has changes with from_snapshots 'yes': use `from_snapshots: true` "
-            "(each micro-batch holds whole snapshots) or leave it out",
-            id="not a boolean",
-        ),
-    ],
-)
-def test_snapshot_settings_that_cannot_work_are_named(changes, message):
-    problems = changes_problems({"keys": "id", "sequence": "lsn", **changes})
-    assert [str(p) for p in problems] == [message]

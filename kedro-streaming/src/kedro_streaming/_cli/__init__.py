@@ -29,6 +29,7 @@ COMMANDS = {
     "submit": "kedro_streaming.devtools.cli_spark:submit",
     "send": "kedro_streaming.devtools.cli_topics:send",
     "watch": "kedro_streaming.devtools.cli_topics:watch",
+    "feed": "kedro_streaming.devtools.cli_feed:feed",
 }
 _DEVTOOLS = "kedro_streaming.devtools."
 DEV_SERVICES = {n: p for n, p in COMMANDS.items() if p.startswith(_DEVTOOLS)}
