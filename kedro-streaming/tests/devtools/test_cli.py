@@ -60,7 +60,16 @@ PATHS += list(command_paths(main))
 
 
 def test_the_services_are_the_commands_kedro_streams_mounts():
-    services = ["broker", "cluster", "connect", "registry", "send", "submit", "watch"]
+    services = [
+        "broker",
+        "cluster",
+        "connect",
+        "feed",
+        "registry",
+        "send",
+        "submit",
+        "watch",
+    ]
     assert main.list_commands(click.Context(main)) == sorted(DEV_SERVICES) == services
     assert STREAMS.list_commands(click.Context(STREAMS)) == sorted(COMMANDS)
 
