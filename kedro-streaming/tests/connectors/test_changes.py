@@ -437,12 +437,12 @@ def assert_outcomes_counted(streams) -> None:
     )
     totals = state.totals()
     assert _described_totals(totals["customers"])[0] == (
-        "9 rows written in 2 batches, changes: 2 inserted, 1 updated, 1 not newer "
+        "9 changes handed to the table in 2 batches: 2 inserted, 1 updated, 1 not newer "
         "than the table's row, 1 deletes changing nothing, 1 older than a "
         "remembered delete, 3 superseded in its micro-batch"
     )
     assert _described_totals(totals["customer_history"])[0] == (
-        "9 rows written in 2 batches, changes: 8 added to the history, 1 repeated, "
+        "9 changes handed to the table in 2 batches: 8 added to the history, 1 repeated, "
         "7 versions opened, 1 versions closed, 2 versions rewritten"
     )
     metrics = StreamMetrics()

@@ -72,15 +72,18 @@ def _described_totals(query_totals: dict[str, Any] | None) -> list[str]:
     """A query's totals for its status line, and its state after its last batch."""
     if not query_totals:
         return []
+    # A table kept from changes is handed changes, not rows: what became of
+    # them follows.
+    kept = "changes handed to the table" if "changes" in query_totals else None
     written = (
-        f"{query_totals['rows_written']} rows written in "
+        f"{query_totals['rows_written']} {kept or 'rows written'} in "
         f"{query_totals['batches']} batches"
     )
     if query_totals.get("quarantined") or query_totals.get("expectations"):
         written += f", {query_totals['quarantined']} quarantined"
         written += describe_expectations(query_totals.get("expectations", {}))
     if query_totals.get("changes"):
-        written += ", changes: " + describe_outcomes(
+        written += ": " + describe_outcomes(
             query_totals["changes"], query_totals.get("versions", {})
         )
     if query_totals.get("late_state_rows_dropped"):

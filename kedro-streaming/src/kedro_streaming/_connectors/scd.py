@@ -96,12 +96,12 @@ def keep_changes(
             query_id(), batch_id, {"changes": changes, "versions": versions}
         )
         logger.info(
-            "%s: micro-batch %d: %d %s: %s",
+            "%s: micro-batch %d: %d %s%s",
             name,
             batch_id,
             total,
             "snapshot rows" if spec.from_snapshots else "changes",
-            describe_outcomes(changes, versions),
+            (": " + describe_outcomes(changes, versions)) if total else "",
         )
         if refused:
             logger.warning(
