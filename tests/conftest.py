@@ -102,6 +102,7 @@ def pytest_sessionfinish(session):
 # session's.
 LONGEST_FIRST = (
     "test_spark_lines.py",  # 6.5
+    "test_plugin.py",  # 11, the plugin's own suite
     "test_guarantees.py",  # 7.5
     "test_avro.py",  # 6.5, the session's broker and registry started
     "test_starter.py",  # 6
@@ -109,7 +110,6 @@ LONGEST_FIRST = (
     "test_streams.py",  # 4
     "test_kafka.py",  # 4
     "test_delta.py",  # 4
-    "test_plugin.py",  # 3.5
     "test_mistakes.py",  # 3
     "test_own_stream.py",  # 3
     "test_realtime.py",  # 2.5
