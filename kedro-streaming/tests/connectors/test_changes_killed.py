@@ -122,7 +122,7 @@ def test_a_run_killed_at_a_merge_then_run_again_keeps_the_tables_exact(
     root = Path(__file__).parents[2]
     killed = subprocess.run(
         [sys.executable, "-c", KILLED, str(tmp_path), point],
-        cwd=root,
+        cwd=tmp_path,  # its progress log in tmp_path/data/streams
         env={**__import__("os").environ, "PYTHONPATH": str(root)},
         capture_output=True,
         text=True,
