@@ -16,9 +16,10 @@ from typing import Any
 import fsspec
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
+from pyspark.sql.types import DataType, StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
+from kedro_streaming._connectors.streams import as_nullable
 from kedro_streaming._spark import java_frame, jvm_of, plan_nodes
 
 # Spark's physical operators that keep state, by class name.
@@ -144,21 +145,7 @@ def _type(column: StructField) -> str:
 
 def _same_type(left: DataType, right: DataType) -> bool:
     """Equal but for nullability, at any depth."""
-    return _nullable(left) == _nullable(right)
-
-
-def _nullable(data_type: DataType) -> DataType:
-    if isinstance(data_type, StructType):
-        return StructType(
-            [StructField(f.name, _nullable(f.dataType), True) for f in data_type]
-        )
-    if isinstance(data_type, ArrayType):
-        return ArrayType(_nullable(data_type.elementType), True)
-    if isinstance(data_type, MapType):
-        return MapType(
-            _nullable(data_type.keyType), _nullable(data_type.valueType), True
-        )
-    return data_type
+    return as_nullable(left) == as_nullable(right)
 
 
 def _partition_columns(dataset: Any) -> set[str]:

@@ -42,6 +42,7 @@ from kedro_streaming._connectors.scd_sql import (
     q,
 )
 from kedro_streaming._connectors.snapshots import APPLIED_AT, apply_snapshots
+from kedro_streaming._connectors.streams import as_nullable
 
 logger = logging.getLogger("kedro_streaming.delta")
 
@@ -311,21 +312,9 @@ def _create(spark: SparkSession, path: str, schema: T.StructType) -> None:
     """A Delta table of ``schema`` at ``path`` unless there is one (a commit
     of its log, no job: 0.4 s against 1 s for an empty DataFrame written),
     nullable as a DataFrame's write makes it; then any columns it lacks."""
-    ddl = _nullable(schema).toDDL()
+    ddl = as_nullable(schema).toDDL()
     spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({ddl}) USING {DELTA}")
     _add_columns(spark, path, schema)
-
-
-def _nullable(kind: T.DataType) -> T.DataType:
-    if isinstance(kind, T.StructType):
-        return T.StructType(
-            [T.StructField(f.name, _nullable(f.dataType), True) for f in kind.fields]
-        )
-    if isinstance(kind, T.ArrayType):
-        return T.ArrayType(_nullable(kind.elementType), True)
-    if isinstance(kind, T.MapType):
-        return T.MapType(kind.keyType, _nullable(kind.valueType), True)
-    return kind
 
 
 def _add_columns(spark: SparkSession, path: str, schema: T.StructType) -> None:

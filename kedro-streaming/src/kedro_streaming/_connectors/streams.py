@@ -9,7 +9,7 @@ from typing import Any
 from kedro.io.core import DatasetError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
 from kedro_streaming._connectors.base import Connector, Entry
@@ -103,6 +103,22 @@ def without_watermark(schema: StructType) -> StructType:
             for field in schema.fields
         ]
     )
+
+
+def as_nullable(data_type: DataType) -> DataType:
+    """``data_type`` with every field, element and value nullable, at any
+    depth: as a DataFrame's write makes a new table."""
+    if isinstance(data_type, StructType):
+        return StructType(
+            [StructField(f.name, as_nullable(f.dataType), True) for f in data_type]
+        )
+    if isinstance(data_type, ArrayType):
+        return ArrayType(as_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(
+            as_nullable(data_type.keyType), as_nullable(data_type.valueType), True
+        )
+    return data_type
 
 
 def start_query(

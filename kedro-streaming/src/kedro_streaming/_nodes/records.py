@@ -9,6 +9,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from kedro_streaming._connectors.streams import as_nullable
 from kedro_streaming.errors import StreamingConfigError
 
 CORRUPT_RECORD = "_corrupt_record"
@@ -365,7 +366,7 @@ def _json_schema(fields: T.StructType, typed: bool) -> T.StructType:
         [
             T.StructField(
                 field.name,
-                _nullable(field.dataType)
+                as_nullable(field.dataType)
                 if typed and _decoded(field.dataType)
                 else T.StringType(),
             )
@@ -373,19 +374,6 @@ def _json_schema(fields: T.StructType, typed: bool) -> T.StructType:
         ]
         + [T.StructField(CORRUPT_RECORD, T.StringType())]
     )
-
-
-def _nullable(kind: T.DataType) -> T.DataType:
-    """``kind`` with every nested value nullable, as a decoded one is."""
-    if isinstance(kind, T.StructType):
-        return T.StructType(
-            [T.StructField(f.name, _nullable(f.dataType)) for f in kind.fields]
-        )
-    if isinstance(kind, T.ArrayType):
-        return T.ArrayType(_nullable(kind.elementType))
-    if isinstance(kind, T.MapType):
-        return T.MapType(_nullable(kind.keyType), _nullable(kind.valueType))
-    return kind
 
 
 def _unless_empty(name: str) -> Column:
