@@ -3,6 +3,7 @@ of the chosen example, and its data, so that `pip install -r requirements.txt`
 and `kedro run` work at once."""
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -117,6 +118,7 @@ TAXI_ONLY = [
     "src/{{ cookiecutter.python_package }}/pipelines/ingest",
     "src/{{ cookiecutter.python_package }}/pipelines/aggregate",
     "src/{{ cookiecutter.python_package }}/pipelines/live",
+    "src/{{ cookiecutter.python_package }}/pipelines/zones",
     "src/{{ cookiecutter.python_package }}/pipelines/publish",
     "src/{{ cookiecutter.python_package }}/pipelines/realtime",
     "src/{{ cookiecutter.python_package }}/pipelines/dedupe",
@@ -124,6 +126,9 @@ TAXI_ONLY = [
     "tests/pipelines/aggregate",
     "tests/pipelines/realtime",
     "tests/pipelines/dedupe",
+    "tests/pipelines/live",
+    "tests/pipelines/zones",
+    "tests/conftest.py",
     "tests/test_run.py",
     "tools",
     "conf/base/schemas",
@@ -168,8 +173,22 @@ shutil.rmtree(".starter")
 for cache in (".ruff_cache", ".pytest_cache", ".mypy_cache"):
     shutil.rmtree(cache, ignore_errors=True)
 
+
+def plugin_feed(starter: Path):
+    """``write_feed`` of the starter's plugin, read from its file: the plugin
+    is not installed where `kedro new` runs (the module needs the standard
+    library only)."""
+    spec = importlib.util.spec_from_file_location(
+        "kedro_streaming_feed", starter / PLUGIN_SOURCE / "devtools" / "feed.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.write_feed
+
+
 if EXAMPLE == "taxi":
     sys.path.insert(0, str(Path.cwd()))  # the project root, which holds tools/
     from tools import trips
 
-    trips.init()
+    starter = Path(os.environ.get("PWD", "."), "{{ cookiecutter._repo_dir }}")
+    trips.init(write_feed=plugin_feed(starter.resolve()))

@@ -314,6 +314,58 @@ def zone_boroughs(path: Path) -> dict[int, str]:
         }
 
 
+def zone_events(folder: Path) -> list[dict]:
+    """The zone table's change events (Debezium JSON lines), each once (a
+    feed delivers some twice), in the database's order (``source.lsn``)."""
+    events = {}
+    for path in sorted(folder.glob("*.json")):
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            events[event["source"]["lsn"]] = event
+    return [events[lsn] for lsn in sorted(events)]
+
+
+def _image(event: dict) -> dict:
+    return event["before"] if event["op"] == "d" else event["after"]
+
+
+def current_zones(events: list[dict]) -> dict[int, dict]:
+    """Type 1: each zone as its newest change left it; a deleted one gone."""
+    newest = {_image(e)["LocationID"]: e for e in events}  # in lsn order
+    return {
+        key: {**event["after"], "_lsn": event["source"]["lsn"]}
+        for key, event in newest.items()
+        if event["op"] != "d"
+    }
+
+
+def zone_versions(events: list[dict]) -> list[dict]:
+    """Type 2 (every column tracked): per zone, a version per change that is
+    not a delete, from its sequence to the next change's (None: current)."""
+    by_key = defaultdict(list)
+    for event in events:
+        by_key[_image(event)["LocationID"]].append(event)
+    versions = []
+    for key in sorted(by_key):
+        changes = by_key[key]
+        for event, after in zip(changes, [*changes[1:], None], strict=True):
+            if event["op"] != "d":
+                lsn = event["source"]["lsn"]
+                end = after and after["source"]["lsn"]
+                versions.append(
+                    {**event["after"], "_lsn": lsn, "__start_at": lsn, "__end_at": end}
+                )
+    return versions
+
+
+def current_boroughs(input_root: Path) -> dict[int, str]:
+    """Each zone's borough in the zone table kept from its changes, once
+    every change is applied: what the live summary joins with (its query
+    waits for the zones' to finish)."""
+    zones = current_zones(zone_events(input_root / "zone_changes"))
+    return {key: row["Borough"] for key, row in zones.items()}
+
+
 def _as_text(record: dict) -> dict:
     def text(value):
         if value is None:
@@ -435,6 +487,7 @@ def expected_outputs(
     boroughs: dict[int, str],
     settings: ExampleSettings,
     watermarks: list[datetime] | None = None,
+    live_boroughs: dict[int, str] | None = None,
 ) -> Expected:
     """Replays the two pipelines over micro-batches, one batch per landing file.
 
@@ -448,10 +501,16 @@ def expected_outputs(
     ``watermarks``, when given, are the watermarks the batches ran with, as a
     query's offset log records them; Spark derives each from the event times
     the batch before reported, which it may not have after a crash.
+
+    ``live_boroughs``: the zones' boroughs the live summary joins with (the
+    zone table kept from its changes), when not ``boroughs``; the trips are
+    checked against ``boroughs`` (the static lookup) either way.
     """
     window, delay = settings.window, settings.watermark_delay
+    live_boroughs = boroughs if live_boroughs is None else live_boroughs
     out = Expected()
     state: dict[tuple, list[dict]] = defaultdict(list)
+    live_state: dict[tuple, list[dict]] = defaultdict(list)
     emitted: set[tuple] = set()
     eviction_wm = late_wm = None
     for number, batch in enumerate(batches):
@@ -481,6 +540,9 @@ def expected_outputs(
                 continue
             state[key].append(trip)
             updated.add(key)
+            live_state[
+                start, live_boroughs.get(trip["PULocationID"], "Unknown")
+            ].append(trip)
         out.late_groups_by_batch.append(len(late_groups))
         out.batch_updated.append(len(updated))
         # Append mode writes a window once, in the first batch that runs with
@@ -502,6 +564,21 @@ def expected_outputs(
                 batch_wm if eviction_wm is None else max(eviction_wm, batch_wm)
             )
 
+    out.live = _summary_rows(live_state, window)
+    every = _summary_rows(state, window)
+    closed = (
+        every.window_end <= eviction_wm
+        if eviction_wm is not None
+        else [False] * len(every)
+    )
+    out.summary = every[closed].reset_index(drop=True)
+    keys = zip(every.window_start, every.pickup_borough, strict=True)
+    out.written = every[[key in emitted for key in keys]].reset_index(drop=True)
+    return out
+
+
+def _summary_rows(state: dict[tuple, list[dict]], window: timedelta) -> pd.DataFrame:
+    """One row per (window start, borough) of ``state``, every figure."""
     rows = []
     for (start, borough), trips in state.items():
         passengers = [
@@ -524,20 +601,11 @@ def expected_outputs(
                 "avg_amount": _mean(t["total_amount"] for t in trips),
             }
         )
-    out.live = (
+    return (
         pd.DataFrame(rows)
         .sort_values(["window_start", "pickup_borough"])
         .reset_index(drop=True)
     )
-    closed = (
-        out.live.window_end <= eviction_wm
-        if eviction_wm is not None
-        else [False] * len(out.live)
-    )
-    out.summary = out.live[closed].reset_index(drop=True)
-    keys = zip(out.live.window_start, out.live.pickup_borough, strict=True)
-    out.written = out.live[[key in emitted for key in keys]].reset_index(drop=True)
-    return out
 
 
 def _window_start(moment: datetime, window: timedelta) -> datetime:

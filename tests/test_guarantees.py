@@ -115,7 +115,7 @@ def assert_outputs_after_crash(project: Path, messages: list, trips_topic: str):
     summary = replay(project, "data/delta", "hourly_borough_summary", by_origin)
     expected.summary = summary.written
     expected.live = replay(
-        project, "data/delta", "live_borough_summary", by_origin
+        project, "data/delta", "live_borough_summary", by_origin, live=True
     ).live
     assert_matches_reference(project, expected, "data/delta", live=True)
     assert_progress_log(project, "data/delta", by_origin)

@@ -1,9 +1,13 @@
 """The stream harness itself: what the pipelines' stream tests rely on."""
 
+import json
+import re
 from datetime import datetime, timedelta
 
 import pandas as pd
 import pytest
+from kedro.pipeline import Pipeline, node
+from kedro_streaming import debezium_changes
 from pyspark.sql import DataFrame
 
 
@@ -93,3 +97,89 @@ def test_a_restart_resumes_from_the_checkpoint(stream_test, replay):
         assert after.progress[-1]["batchId"] == last.progress[-1]["batchId"]
     else:  # nothing new to run
         assert (after.rows, after.batches, after.input_rows) == ([], [], 0)
+
+
+ROW = "id INT NOT NULL, name STRING"
+
+
+def applied(events: DataFrame) -> DataFrame:
+    changes = debezium_changes(events, ROW)
+    return changes.where("problems IS NULL").select("id", "name", "_op", "_lsn")
+
+
+def event(op: str, lsn: int, id: int, name: str | None = None) -> tuple[str]:
+    image = {"id": id, "name": name}
+    return (
+        json.dumps(
+            {
+                "op": op,
+                "before": image if op == "d" else None,
+                "after": None if op == "d" else image,
+                "source": {"lsn": lsn},
+            }
+        ),
+    )
+
+
+def test_changes_fed_step_by_step_show_each_table_and_what_became_of_them(
+    stream_test,
+):
+    """A type 1 and a type 2 table kept by the plugin's own code, shown after
+    each step: a snapshot, then an update and a key's update and delete in one
+    batch, then late changes older than the row and than the delete."""
+    tables = stream_test(
+        Pipeline(
+            [
+                node(applied, "events", "current", name="current"),
+                node(applied, "events", "history", name="history"),
+            ]
+        ),
+        streams={"events": "value STRING"},
+        changes={
+            "current": {"keys": "id", "sequence": "_lsn"},
+            "history": {"keys": "id", "sequence": "_lsn", "scd_type": 2},
+        },
+    )
+    first = tables.step(events=[event("r", 1, 1, "Ana"), event("r", 2, 2, "Bo")])
+    second = tables.step(
+        events=[event("u", 5, 1, "Ann"), event("u", 4, 2, "Bea"), event("d", 6, 2)]
+    )
+    late = tables.step(events=[event("u", 3, 1, "Old"), event("u", 5, 2, "Zed")])
+
+    current = [first["current"], second["current"], late["current"]]
+    assert [[tuple(r) for r in s.table] for s in current] == [
+        [(1, 1, "Ana"), (2, 2, "Bo")],  # the keys, the sequence, the others
+        [(1, 5, "Ann")],
+        [(1, 5, "Ann")],
+    ]
+    assert [s.changes for s in current] == [
+        {"inserted": 2},
+        {"updated": 1, "deleted": 1, "superseded_in_batch": 1},
+        {"not_newer_than_row": 1, "older_than_remembered_delete": 1},
+    ]
+    history = late["history"]
+    assert [tuple(r) for r in history.table] == [
+        (1, 1, "Ana", 1, 3),  # ... and __start_at, __end_at
+        (1, 3, "Old", 3, 5),
+        (1, 5, "Ann", 5, None),
+        (2, 2, "Bo", 2, 4),
+        (2, 4, "Bea", 4, 5),
+        (2, 5, "Zed", 5, 6),
+    ]
+    # Two versions opened in the past, and the two they cut short rewritten
+    # (Ana's ended at 5, now 3; Bea's at 6, now 5); no current one closed.
+    assert history.versions == {"opened": 2, "rewritten": 2}
+    assert late["current"].rows == [(1, "Old", "u", 3), (2, "Zed", "u", 5)]
+
+
+def test_a_changes_sink_naming_a_column_it_lacks_is_refused(stream_test):
+    said = (
+        "changes= of applied_output: has changes with keys `idd`, which the "
+        "node's output does not have: did you mean `id`?"
+    )
+    with pytest.raises(ValueError, match=re.escape(said)):
+        stream_test(
+            applied,
+            streams={"events": "value STRING"},
+            changes={"keys": "idd", "sequence": "_lsn"},
+        )

@@ -14,6 +14,7 @@ import pandas as pd
 from deltalake import DeltaTable
 from reference import (
     EPOCH,
+    current_boroughs,
     decode,
     example_settings,
     expected_outputs,
@@ -277,12 +278,19 @@ def sink_batches(tables: Path, query: str) -> set[int]:
     return set()
 
 
-def replay(project: Path, output_root: str, query: str, messages: dict | None = None):
+def replay(
+    project: Path,
+    output_root: str,
+    query: str,
+    messages: dict | None = None,
+    live: bool = False,
+):
     """The reference's outputs over the micro-batches a query of the example
     ran (`query_batches`) and committed, in its checkpoint or its sink: what
     that query must have written and reported. (A batch planned and not
     committed when a run stopped wrote nothing that counts: the next run runs
-    it again.)"""
+    it again.) ``live``: the live summary, which joins the zone table as its
+    changes left it."""
     checkpoint = project / output_root / "checkpoints" / query
     offsets = checkpoint / "offsets"
     committed = batch_ids(checkpoint / "commits") | sink_batches(
@@ -299,6 +307,7 @@ def replay(project: Path, output_root: str, query: str, messages: dict | None = 
         zone_boroughs(project / "data/01_raw/taxi_zone_lookup.csv"),
         example_settings(project),
         watermarks,
+        live_boroughs=current_boroughs(project / "data/01_raw") if live else None,
     )
 
 

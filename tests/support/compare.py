@@ -14,10 +14,13 @@ from pathlib import Path
 import pandas as pd
 from reference import (
     SUMMARY_COLUMNS,
+    current_boroughs,
+    current_zones,
     example_settings,
     expected_outputs,
     json_landing_batches,
     zone_boroughs,
+    zone_versions,
 )
 
 from support.checkpoints import (
@@ -29,7 +32,10 @@ from support.metrics import progress_records
 
 
 def example_reference(
-    project: Path, one_batch: bool = False, input_root: Path | None = None
+    project: Path,
+    one_batch: bool = False,
+    input_root: Path | None = None,
+    live: bool = False,
 ):
     """The example's expected outputs, from the files of ``input_root``.
 
@@ -39,6 +45,8 @@ def example_reference(
             micro-batch per file.
         input_root: Where the run reads its input; the project's data/01_raw
             by default.
+        live: The `live` pipeline ran: its summary joins the zone table as
+            its changes left it (`current_boroughs`).
     """
     root = input_root or project / "data/01_raw"
     batches = json_landing_batches(root / "trips_landing")
@@ -46,6 +54,7 @@ def example_reference(
         [[record for batch in batches for record in batch]] if one_batch else batches,
         zone_boroughs(root / "taxi_zone_lookup.csv"),
         example_settings(project),
+        live_boroughs=current_boroughs(root) if live else None,
     )
 
 
@@ -247,3 +256,15 @@ def split_bronze(bronze: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """bronze_trips' valid trips, and its rejected records (the quarantine)."""
     rejected = bronze.rejection_reason.notna()
     return bronze[~rejected], bronze[rejected]
+
+
+def assert_zone_tables(tables: Path, events: list[dict]) -> pd.DataFrame:
+    """The zone table kept from its change ``events`` (each once, in the
+    database's order), as current rows (type 1) and as versions (type 2),
+    equal to their replay; returns the refused events' table."""
+    current = read_table(tables, "03_primary/current_zones")
+    assert_same_rows(current, pd.DataFrame(list(current_zones(events).values())))
+    history = read_table(tables, "03_primary/zone_history")
+    assert_same_rows(history, pd.DataFrame(zone_versions(events)))
+    assert len(history) > len(current)  # versions closed by updates and deletes
+    return read_table(tables, "02_intermediate/refused_zone_changes")

@@ -22,6 +22,7 @@ from kafka.errors import KafkaError
 from kedro_streaming import SchemaRegistry, avro_framer
 from kedro_streaming.devtools import kafka
 from kedro_streaming.devtools.config import input_root, kafka_conf, project_config
+from kedro_streaming.devtools.feed import write_feed
 
 from tools import trips
 
@@ -32,8 +33,11 @@ def run_trips(args: argparse.Namespace) -> int:
         landing_dir = args.landing_dir or root / trips.LANDING_FOLDER
     if args.command == "init":
         zones = root / trips.ZONES_FILE_NAME
-        trips.init(landing_dir, zones, files=args.files)
-        sys.stdout.write(f"Wrote {zones} and {args.files} files to {landing_dir}\n")
+        trips.init(landing_dir, zones, files=args.files, write_feed=write_feed)
+        sys.stdout.write(
+            f"Wrote {zones}, its changes to {root / trips.ZONE_CHANGES_FOLDER} "
+            f"and {args.files} files to {landing_dir}\n"
+        )
         return 0
     if args.command == "land" and args.rule_breakers:
         sys.stdout.write(f"{trips.write_rule_breakers(landing_dir)}\n")
@@ -120,7 +124,9 @@ def parser() -> argparse.ArgumentParser:
     tools = main.add_subparsers(dest="tool", required=True)
     example = tools.add_parser("trips", help="the example's taxi trips")
     commands = example.add_subparsers(dest="command", required=True)
-    init = commands.add_parser("init", help="write the zone lookup and 8 trip files")
+    init = commands.add_parser(
+        "init", help="write the zone lookup, its changes and 8 trip files"
+    )
     init.add_argument("--files", type=int, default=8)
     land = commands.add_parser("land", help="drop more trip files, one at a time")
     land.add_argument("--files", type=int, default=6, help="how many (default 6)")

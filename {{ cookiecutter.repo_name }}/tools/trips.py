@@ -5,7 +5,7 @@ time, events out of order, events later than the watermark, nulls, datetimes
 as ISO-8601 strings or epoch milliseconds, and a few invalid records. The same
 arguments always give the same trips.
 
-    python -m tools trips init     # zone lookup + 8 trip files
+    python -m tools trips init     # zone lookup, its changes + 8 trip files
     python -m tools trips land     # more files, one every 10 s
     python -m tools trips land --rule-breakers   # trips breaking each expectation
     python -m tools trips send     # the trips as Kafka messages
@@ -21,14 +21,19 @@ import csv
 import json
 import os
 import random
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 # Their names under the environment's input_root (conf/<env>/globals.yml).
 LANDING_FOLDER = "trips_landing"
 ZONES_FILE_NAME = "taxi_zone_lookup.csv"
+# The zone table's life as Debezium tells it (the `zones` pipeline's input):
+# its rows read, then rounds of changes, written by kedro-streaming's feed.
+ZONE_CHANGES_FOLDER = "zone_changes"
+ZONE_CHANGE_ROUNDS = 3
 LANDING_DIR = Path("data/01_raw") / LANDING_FOLDER
 ZONES_FILE = Path("data/01_raw") / ZONES_FILE_NAME
 EVENT_TIME_START = datetime(2024, 3, 1, 6, 0, tzinfo=timezone.utc)
@@ -216,18 +221,31 @@ def _write_lines(path: Path, lines: list[str]) -> Path:
 
 
 def init(
-    landing_dir: Path = LANDING_DIR, zones_file: Path = ZONES_FILE, files: int = 8
+    landing_dir: Path = LANDING_DIR,
+    zones_file: Path = ZONES_FILE,
+    files: int = 8,
+    write_feed: Callable[..., object] | None = None,
 ) -> None:
-    """Writes the zone lookup and the first ``files`` landing files.
+    """Writes the zone lookup, its changes (with ``write_feed``, the
+    plugin's ``kedro streams feed``) and the first ``files`` landing files.
 
     File modification times are one second apart, in file order: Spark's file
     source reads files in that order, which keeps runs reproducible.
     """
     write_zones(zones_file)
+    if write_feed is not None:
+        changes = zones_file.parent / ZONE_CHANGES_FOLDER
+        shutil.rmtree(changes, ignore_errors=True)
+        write_feed(zones_file, ["LocationID"], changes, rounds=ZONE_CHANGE_ROUNDS)
+        _in_order(sorted(changes.glob("*.json")))
+    _in_order([write_trip_file(landing_dir, index) for index in range(files)])
+
+
+def _in_order(paths: list[Path]) -> None:
+    """Modification times one second apart, in the order of ``paths``."""
     now = time.time()
-    for index in range(files):
-        path = write_trip_file(landing_dir, index)
-        stamp = now - (files - index)
+    for index, path in enumerate(paths):
+        stamp = now - (len(paths) - index)
         os.utime(path, (stamp, stamp))
 
 

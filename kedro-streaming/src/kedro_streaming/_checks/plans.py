@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from kedro_streaming._checks.describe import ends_by_itself
 from kedro_streaming._checks.realtime import real_time_plan_problem
 from kedro_streaming._checks.sink_schemas import check_sink_schema
-from kedro_streaming._checks.spec import RunSpec
+from kedro_streaming._checks.spec import RunSpec, sink_read_as
 from kedro_streaming._checks.stateful import (
     missing_api_problem,
     redefined_watermark_problem,
@@ -127,7 +127,10 @@ def build_plans(
             )
             continue
         frames.update(outputs)
-        if any(name in standing or name in sinks for name in node.inputs):
+        if any(
+            name in standing or name in sinks or sink_read_as(name, sinks)
+            for name in node.inputs
+        ):
             standing |= set(outputs)
         elif not inspect.isgenerator(returned):  # a generator is spent
             plans.returned[node] = returned
@@ -299,6 +302,9 @@ def _input(
     """A node's dry-run input: a DataFrame built earlier, a stream over a sink
     of this run (a stand-in with its columns while it has nothing yet: the run
     reads files, not the writer's plan), or the catalog's."""
+    written = sink_read_as(name, sinks)
+    if written is not None and written in frames:
+        return _table_of(catalog, sinks[written], frames[written], name)
     if name not in frames:
         return catalog.load(name)
     if name not in sinks:
@@ -315,6 +321,21 @@ def _input(
             raise
         return _stream_like(spark, frame)
     return stream
+
+
+def _table_of(
+    catalog: DataCatalog, sink: SparkStreamingDataset, frame: Any, name: str
+) -> Any:
+    """A sink of this run read as a table under another name (``name``): the
+    table, or while there is none, an empty one of the columns its query will
+    give it (the run holds the read back until the query has written)."""
+    try:
+        table = catalog.load(name)
+        table.schema  # noqa: B018 (Spark Connect looks at the folder only now)
+    except (DatasetError, AnalysisException):
+        schema = sink.connector.table_schema(sink, frame.schema)
+        return frame.sparkSession.createDataFrame([], schema)
+    return table
 
 
 def _stream_like(spark: Any, frame: Any) -> Any:

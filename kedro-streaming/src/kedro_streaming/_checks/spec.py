@@ -24,6 +24,23 @@ from kedro_streaming.errors import StreamingConfigError
 TRIGGERS = ("processing_time", "available_now")
 
 
+def sink_read_as(read: str, sinks: Any) -> str | None:
+    """The sink among ``sinks`` that a dataset ``read`` by a node is under
+    another of its names (Kedro's transcoding: ``zones@changes`` written,
+    ``zones@table`` read), or ``None``.
+
+    Example:
+        >>> sink_read_as("zones@table", ["zones@changes", "trips"])
+        'zones@changes'
+        >>> sink_read_as("trips", ["trips"]) is None  # the sink itself
+        True
+    """
+    base = read.split("@", 1)[0]
+    if read in sinks or base == read:
+        return None
+    return next((s for s in sinks if s.split("@", 1)[0] == base), None)
+
+
 @dataclass(frozen=True)
 class RunSpec(RunEntries):
     """One run's streaming entries (what connectors see, ``RunEntries``) with

@@ -140,18 +140,28 @@ class Delta(Connector):
 def _keep_changes(
     entry: Entry, writer: DataStreamWriter, data: DataFrame
 ) -> StreamingQuery:
-    spec = Changes.parse(entry.sink.changes)
-    path, checkpoint = entry.path, entry.checkpoint
+    name = entry.sink.query_name or entry.path.rstrip("/").rsplit("/", 1)[-1]
+    apply = changes_applier(
+        data, entry.path, Changes.parse(entry.sink.changes), name, entry.checkpoint
+    )
+    return writer.foreachBatch(apply).start()
+
+
+def changes_applier(
+    data: DataFrame, path: str, spec: Changes, name: str, checkpoint: str
+) -> Callable[[DataFrame, int], None]:
+    """The ``foreachBatch`` function keeping ``data``'s changes in the Delta
+    table at ``path`` (made now, unless it is there), for the query of
+    ``checkpoint``; its log lines say ``name``."""
     new = create_target(data.sparkSession, path, spec, data)
     ids: list[str] = []
 
     def query_id() -> str:  # known once the query has started
         if not ids:
-            ids.append(_query_id(checkpoint))
+            ids.append(checkpoint_query_id(checkpoint))
         return ids[0]
 
-    name = entry.sink.query_name or path.rstrip("/").rsplit("/", 1)[-1]
-    return writer.foreachBatch(keep_changes(path, spec, name, query_id, new)).start()
+    return keep_changes(path, spec, name, query_id, new)
 
 
 def delta_package_for(spark_version: str, scala_version: str = "2.13") -> str | None:
@@ -248,7 +258,7 @@ def upsert_batches(
     def upsert(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
         if checkpoint not in query_ids:
-            query_ids[checkpoint] = _query_id(checkpoint)
+            query_ids[checkpoint] = checkpoint_query_id(checkpoint)
         view = f"upserts_{query_ids[checkpoint].replace('-', '_')}"
         # Every partition is computed even when Delta skips a replayed MERGE:
         # else a stateful query never commits its state (Spark 4.2:
@@ -320,7 +330,7 @@ def _data_files(path: str) -> set[str]:
     }
 
 
-def _query_id(checkpoint: str) -> str:
+def checkpoint_query_id(checkpoint: str) -> str:
     """The id Spark gave the query of ``checkpoint`` (in its ``metadata`` file)."""
     with fsspec.open(f"{checkpoint.rstrip('/')}/metadata") as handle:
         return json.loads(handle.read().decode().splitlines()[0])["id"]

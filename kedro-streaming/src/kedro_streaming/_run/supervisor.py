@@ -29,7 +29,7 @@ from kedro_streaming._checks.realtime import (
     quiet_interrupted_tasks,
     real_time_plan_problem,
 )
-from kedro_streaming._checks.spec import RunSpec
+from kedro_streaming._checks.spec import RunSpec, sink_read_as
 from kedro_streaming._dataset import SparkStreamingDataset
 from kedro_streaming._observe.endpoint import POLL_SECONDS, serve_the_failure
 from kedro_streaming._observe.metrics import StreamMetrics
@@ -150,8 +150,11 @@ class QuerySupervisor:
         if self._metrics is not None:
             self._metrics.started(name, query, self._triggers[name])
 
-    def hold_back(self, name: str) -> None:
-        """Holds back a stream over a sink this run writes until it has history."""
+    def hold_back(self, read: str) -> None:
+        """Holds back a read of a sink this run writes until it has history:
+        a stream over it, or a table of the same name transcoded (Kedro's
+        ``table@changes`` written, ``table@table`` read)."""
+        name = sink_read_as(read, self._queries) or read
         query = self._queries.get(name)
         dataset = self._dataset(name)
         if query is None or dataset is None:
@@ -160,9 +163,10 @@ class QuerySupervisor:
         # Bounded: all of it, so that the reader's batches are the same as in
         # separate runs. Continuous: any committed history (a restart has some).
         logger.info(
-            "Waiting for '%s' to %s before reading it as a stream.",
+            "Waiting for '%s' to %s before reading %s.",
             name,
             "finish" if bounded else "have committed data",
+            "it as a stream" if read == name else f"it as '{read}'",
         )
         self._wait(lambda: not query.isActive or (not bounded and dataset.exists()))
 

@@ -19,6 +19,7 @@ from kedro.pipeline import Node, Pipeline
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from kedro_streaming.testing._changes import ChangesTable
 from kedro_streaming.testing._inputs import as_frame, as_pipeline, check_names
 from kedro_streaming.testing._queries import SinkQuery
 from kedro_streaming.testing._steps import Step
@@ -56,6 +57,7 @@ class StreamTest:
         static: Mapping[str, Any] | None = None,
         output_mode: str | Mapping[str, str] = "append",
         sinks: Iterable[str] | None = None,
+        changes: Mapping[str, Any] | None = None,
         workdir: str | Path,
     ) -> None:
         """Builds the queries; nothing runs until the first ``step``.
@@ -67,6 +69,10 @@ class StreamTest:
             static: The other inputs: DataFrames, pandas DataFrames or lists
                 of dicts (made DataFrames), or other values, passed as is.
             output_mode: For several sinks, ``{sink: mode}`` (default append).
+            changes: A sink kept from changes: its ``save_args: changes:``
+                (for several sinks, ``{sink: changes}``). Each ``Step`` then
+                has the table after it (``table``) and what became of its
+                changes (``changes``, ``versions``). Needs Delta in the session.
             workdir: An empty folder for the inputs' files and checkpoints.
         """
         self._spark = spark
@@ -86,6 +92,12 @@ class StreamTest:
         check_names(self._pipeline, self._schemas, self._static, modes)
         self._workdir = Path(workdir)
         self._steps = 0
+        if changes is not None and "keys" in changes:
+            changes = dict.fromkeys(sinks, changes)
+        tables = {
+            sink: ChangesTable(spark, sink, spec, self._workdir / "tables" / sink)
+            for sink, spec in (changes or {}).items()
+        }
         self._queries = {
             sink: SinkQuery(
                 self._workdir / "checkpoints" / sink,
@@ -95,6 +107,7 @@ class StreamTest:
                     for name in self._pipeline.to_outputs(sink).inputs()
                     if name in self._schemas
                 },
+                table=tables.get(sink),
             )
             for sink in sinks
         }

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from itertools import takewhile
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from kedro_streaming._checks.stateful import transform_with_state_modes
 from kedro_streaming._observe.metrics import unix_time
 from kedro_streaming._observe.progress import reports_newest_first
+from kedro_streaming.testing._changes import ChangesTable
 from kedro_streaming.testing._steps import Step, collector, step_result
 
 # A query with processing-time timers runs a batch a second between steps,
@@ -34,9 +36,16 @@ class SinkQuery:
     """One sink's query: its checkpoint, the rows its batches gave since the
     last step, and the query itself while it runs from step to step."""
 
-    def __init__(self, checkpoint: Path, mode: str, reads: set[str]) -> None:
+    def __init__(
+        self,
+        checkpoint: Path,
+        mode: str,
+        reads: set[str],
+        table: ChangesTable | None = None,
+    ) -> None:
         self._checkpoint = checkpoint
         self._mode = mode
+        self._table = table  # a sink kept from changes: its Delta table
         self._reads = reads  # the input folders it reads: a step awaits them
         # The watermark and state rows of its last micro-batch, for a step in
         # which no batch runs.
@@ -50,6 +59,11 @@ class SinkQuery:
         """Runs ``frame`` from the next start on (built again by a restart)."""
         self._frame = frame
         self._clocked = "ProcessingTime" in transform_with_state_modes(frame)
+        self._apply = (
+            None
+            if self._table is None
+            else self._table.applier(frame, self._checkpoint)
+        )
 
     def start(self) -> None:
         """Starts the step's query: ``availableNow``, which stops by itself
@@ -59,7 +73,7 @@ class SinkQuery:
         if self._query is None:
             writer = (
                 self._frame.writeStream.outputMode(self._mode)
-                .foreachBatch(collector(self._collected, self._batch_done))
+                .foreachBatch(collector(self._collected, self._batch_done, self._apply))
                 .option("checkpointLocation", str(self._checkpoint))
             )
             trigger: dict[str, Any] = (
@@ -95,6 +109,11 @@ class SinkQuery:
         ]
         del self._collected[: len(taken)]
         self._last = step_result(taken, reports, self._mode, self._last)
+        if self._table is not None:
+            ran = [
+                r["batchId"] for r in reports if "addBatch" in r.get("durationMs", {})
+            ]
+            self._last = replace(self._last, **self._table.after(ran))
         return self._last
 
     def stop(self) -> None:

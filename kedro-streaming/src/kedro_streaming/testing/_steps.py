@@ -45,6 +45,13 @@ class Step:
         expectations: Records each expectation caught (``check_expectations``),
             and ``unparsed``; those that caught none are left out.
         progress: Spark's progress reports of the step, as dictionaries.
+        table: A sink kept from changes (``changes=``): the table's rows
+            after the step, by key (and version); else ``None``.
+        changes: Such a sink's changes of the step, by what became of each
+            (the labels of the ``kedro_stream_changes_total`` metric); those
+            with none left out.
+        versions: Type 2's versions the step opened, closed, rewrote and
+            removed; those with none left out.
     """
 
     rows: list[Row] = field(default_factory=list)
@@ -56,15 +63,23 @@ class Step:
     operators: list[StateOperator] = field(default_factory=list)
     expectations: dict[str, int] = field(default_factory=dict)
     progress: list[dict[str, Any]] = field(default_factory=list)
+    table: list[Row] | None = None
+    changes: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
 
 
 def collector(
-    batches: list[tuple[int, list[Row]]], done: threading.Event
+    batches: list[tuple[int, list[Row]]],
+    done: threading.Event,
+    apply: Callable[[DataFrame, int], None] | None = None,
 ) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function that keeps each micro-batch's rows, sorted,
-    in ``batches`` (with its id), and sets ``done`` after each."""
+    in ``batches`` (with its id), and sets ``done`` after each; ``apply``,
+    a sink's own, runs first."""
 
     def collect(batch: DataFrame, batch_id: int) -> None:
+        if apply is not None:
+            apply(batch, batch_id)
         rows = sorted(batch.collect(), key=sort_key)
         # A batch given again before any step took it was never committed
         # (its query stopped by `close` or `restart` in between): once.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kedro_streaming import Lookup
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 
@@ -59,17 +59,23 @@ def summarise_hourly_by_borough(
     """
     # Small and static: looked up by key, read once, no join per micro-batch.
     zones = Lookup(taxi_zones.select("LocationID", "Borough"), key="LocationID")
+    return summarise_hourly(
+        valid_trips, zones.value("Borough", F.col("PULocationID")), summary
+    )
+
+
+def summarise_hourly(
+    trips: DataFrame, borough: Column, summary: dict[str, Any]
+) -> DataFrame:
+    """The hourly summary of ``trips`` per ``borough`` (a zone missing from
+    the zone table: "Unknown"), as ``summarise_hourly_by_borough`` returns it.
+    """
     window = F.window("lpep_dropoff_datetime", summary["window_duration"])
     return (
-        valid_trips.withWatermark("lpep_dropoff_datetime", summary["watermark_delay"])
+        trips.withWatermark("lpep_dropoff_datetime", summary["watermark_delay"])
         # A zone missing from the lookup is reported as "Unknown" rather than
         # silently leaving the summary.
-        .groupBy(
-            window,
-            F.coalesce(
-                zones.value("Borough", F.col("PULocationID")), F.lit("Unknown")
-            ).alias("b"),
-        )
+        .groupBy(window, F.coalesce(borough, F.lit("Unknown")).alias("b"))
         .agg(
             F.count(F.lit(1)).alias("trip_count"),
             F.avg("passenger_count").alias("avg_passengers"),
