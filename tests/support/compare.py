@@ -24,11 +24,16 @@ from reference import (
 )
 
 from support.checkpoints import (
+    file_source_batches,
+    local_path,
     read_table,
     replay,
     table_batches,
 )
 from support.metrics import progress_records
+
+# The `zones` pipeline's queries (`live` includes it): change events in.
+ZONE_QUERIES = ("current_zones@changes", "zone_history", "refused_zone_changes")
 
 
 def example_reference(
@@ -106,6 +111,9 @@ def assert_progress_log(
     for query, records in logged.items():
         batches = [r["batch"] for r in records]
         assert len(set(batches)) == len(batches), (query, batches)
+        if query in ZONE_QUERIES:
+            assert_zone_progress(project / output_root, query, records)
+            continue
         if query == "hourly_borough_summary_messages":
             # Publishes the summary's rows as they are: one message per row.
             read = [len(rows) for rows in table_batches(project / output_root, query)]
@@ -124,6 +132,20 @@ def assert_progress_log(
                 # batch's figures as 0 (seen with a Delta source), so unknown.
                 continue
             assert {key: record[key] for key in figures} == figures, (query, record)
+
+
+def assert_zone_progress(tables: Path, query: str, records: list[dict]) -> None:
+    """A zone query's records: the events each batch read, every one of them
+    said to be applied or why not (a table kept from changes), none refused."""
+    files = file_source_batches(tables / "checkpoints" / query)
+    for record in records:
+        read = files[record["batch"]]
+        lines = sum(len(local_path(uri).read_text().splitlines()) for uri in read)
+        assert record["input_rows"] == lines, (query, record)
+        if query == "refused_zone_changes":
+            assert record["rows_written"] == 0, record
+        else:
+            assert sum(record["changes"].values()) == lines, record
 
 
 def assert_matches_reference(

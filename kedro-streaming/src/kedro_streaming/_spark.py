@@ -80,6 +80,18 @@ def headline(error: BaseException, limit: int = 1000) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def whole_text(error: BaseException) -> str:
+    """Spark's messages of ``error`` and of its causes, with the JVM's stack
+    trace where PySpark keeps one: a cause a sink wraps (Delta's
+    ``TASK_WRITE_FAILED``) is said there only."""
+    parts, seen = [], 0
+    cause: BaseException | None = error
+    while cause is not None and seen < 10:
+        parts += [str(cause), getattr(cause, "_stackTrace", None) or ""]
+        cause, seen = getattr(cause, "_cause", None) or cause.__cause__, seen + 1
+    return "\n".join(parts)
+
+
 def _first_line(error: BaseException) -> str:
     # Without control characters: Spark quotes binary files' bytes (a NUL
     # makes grep call a log binary).

@@ -17,6 +17,7 @@ from kedro_streaming._checks.plans import Plans
 from kedro_streaming._connectors.avro.codec import UNPLANNED_ID
 from kedro_streaming._connectors.avro.option import writes_avro
 from kedro_streaming._dataset import SparkStreamingDataset
+from kedro_streaming._spark import whole_text
 from kedro_streaming.errors import StreamingConfigError
 
 # The hooks' lines: projects' logging.yml may set this logger's level.
@@ -83,7 +84,7 @@ class AvroReplans:
         query's DataFrame from its sources and ``restart``s it from its
         checkpoint, the failed micro-batch included. At most
         ``MAX_REPLANS`` times a run."""
-        found = UNPLANNED_ID.search(str(error))
+        found = UNPLANNED_ID.search(whole_text(error))
         sources = {
             source: dataset
             for source, dataset in query_sources(
