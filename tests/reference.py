@@ -503,8 +503,9 @@ def expected_outputs(
     the batch before reported, which it may not have after a crash.
 
     ``live_boroughs``: the zones' boroughs the live summary joins with (the
-    zone table kept from its changes), when not ``boroughs``; the trips are
-    checked against ``boroughs`` (the static lookup) either way.
+    zone table kept from its changes), when not ``boroughs``: its rows and
+    each batch's groups (updated, late) follow them. The trips are checked
+    against ``boroughs`` (the static lookup) either way.
     """
     window, delay = settings.window, settings.watermark_delay
     live_boroughs = boroughs if live_boroughs is None else live_boroughs
@@ -534,15 +535,15 @@ def expected_outputs(
         for trip in valid:
             start = _window_start(trip["lpep_dropoff_datetime"], window)
             key = (start, boroughs.get(trip["PULocationID"], "Unknown"))
+            # The groups a batch touched, as the live summary groups them.
+            live_key = (start, live_boroughs.get(trip["PULocationID"], "Unknown"))
             if late_wm is not None and start + window <= late_wm:
                 out.late_trips += 1
-                late_groups.add(key)
+                late_groups.add(live_key)
                 continue
             state[key].append(trip)
-            updated.add(key)
-            live_state[
-                start, live_boroughs.get(trip["PULocationID"], "Unknown")
-            ].append(trip)
+            live_state[live_key].append(trip)
+            updated.add(live_key)
         out.late_groups_by_batch.append(len(late_groups))
         out.batch_updated.append(len(updated))
         # Append mode writes a window once, in the first batch that runs with

@@ -222,7 +222,6 @@ def run(
     result.output = result.stdout + result.stderr
     _log_command(command, result.seconds)
     if check and result.returncode != 0:
-        open("/work/probe/last_failed_run.txt", "w").write(result.output)  # TEMP
         pytest.fail(
             f"{' '.join(map(str, command))} exited {result.returncode} in {cwd}\n"
             f"--- stdout ---\n{result.stdout[-8000:]}\n--- stderr ---\n{result.stderr[-8000:]}"
