@@ -101,10 +101,14 @@ def test_a_late_trip_is_dropped_and_counted_a_rejected_one_quarantined(aggregate
 
 
 def test_update_mode_writes_each_batchs_changed_windows(stream_test):
+    # The summary's nodes; the zone table as the `zones` nodes keep it.
+    summary_nodes = create_live_pipeline().only_nodes_with_outputs(
+        "live_valid_trips", "live_borough_summary"
+    )
     live = stream_test(
-        create_live_pipeline(),
+        summary_nodes,
         streams={"bronze_trips": BRONZE},
-        static={"taxi_zones": ZONES, "params:summary": SUMMARY},
+        static={"current_zones@table": ZONES, "params:summary": SUMMARY},
         output_mode="update",
     )
 
