@@ -196,6 +196,7 @@ def test_kedro_commands_start_no_spark_and_viz_shows_the_pipelines(
         "__default__",
         "ingest",
         "aggregate",
+        "zones",
         "live",
         "publish",
         "realtime",
