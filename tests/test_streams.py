@@ -238,13 +238,12 @@ def test_validate_names_each_broken_query_and_writes_nothing(
     assert "3 problem(s)" in output
 
     # A stateful aggregation without a watermark, in append mode.
-    nodes.write_text(
-        code.replace(
-            'valid_trips.withWatermark("lpep_dropoff_datetime", '
-            'summary["watermark_delay"])',
-            "valid_trips",
-        )
+    unwatermarked = code.replace(
+        'trips.withWatermark("lpep_dropoff_datetime", summary["watermark_delay"])',
+        "trips",
     )
+    assert unwatermarked != code  # the node as shipped has that watermark
+    nodes.write_text(unwatermarked)
     result = streams(project_bin, fresh_project, "validate", check=False)
     output = " ".join(result.output.split())
     assert result.returncode != 0

@@ -1,5 +1,6 @@
 """The ``spark`` fixture (kedro-streaming's) with Delta, as conf/delta/spark.yml
-sets it: the zone tables' tests keep changes in Delta tables."""
+sets it, when a test that keeps changes in Delta tables runs (the zone
+tables'): without one, the session starts without Delta's package."""
 
 from pathlib import Path
 
@@ -7,10 +8,13 @@ import pytest
 import yaml
 
 DELTA_SETTINGS = ("spark.sql.extensions", "spark.sql.catalog.", "spark.databricks.")
+NEEDS_DELTA = Path(__file__).parent / "pipelines" / "zones"
 
 
 @pytest.fixture(scope="session")
-def spark_conf() -> dict[str, str]:
+def spark_conf(request) -> dict[str, str]:
+    if not any(NEEDS_DELTA in Path(item.path).parents for item in request.session.items):
+        return {}
     conf = Path(__file__).resolve().parents[1] / "conf/delta/spark.yml"
     settings = yaml.safe_load(conf.read_text())
     # Delta's package only: the tests read no Kafka topic.
