@@ -13,7 +13,8 @@ NEEDS_DELTA = Path(__file__).parent / "pipelines" / "zones"
 
 @pytest.fixture(scope="session")
 def spark_conf(request) -> dict[str, str]:
-    if not any(NEEDS_DELTA in Path(item.path).parents for item in request.session.items):
+    tests = request.session.items
+    if not any(NEEDS_DELTA in Path(test.path).parents for test in tests):
         return {}
     conf = Path(__file__).resolve().parents[1] / "conf/delta/spark.yml"
     settings = yaml.safe_load(conf.read_text())
