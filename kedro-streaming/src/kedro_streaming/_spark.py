@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 import pyspark
@@ -71,10 +72,10 @@ def class_loads(spark: Any, name: str) -> bool:
 def headline(error: BaseException, limit: int = 1000) -> str:
     """The first line of Spark's message, without the query plan that follows;
     and its cause's, where it only introduces it ("...awaitResult:")."""
-    text, cause = _first_line(error), error
-    while text.endswith(":"):
-        cause = getattr(cause, "_cause", None) or cause.__cause__
-        if cause is None:
+    causes = _causes(error)
+    text = _first_line(next(causes))
+    for cause in causes:
+        if not text.endswith(":"):
             break
         text = f"{text} {_first_line(cause)}"
     return text if len(text) <= limit else text[:limit] + "..."
@@ -84,12 +85,19 @@ def whole_text(error: BaseException) -> str:
     """Spark's messages of ``error`` and of its causes, with the JVM's stack
     trace where PySpark keeps one: a cause a sink wraps (Delta's
     ``TASK_WRITE_FAILED``) is said there only."""
-    parts, seen = [], 0
+    return "\n".join(
+        part
+        for cause in islice(_causes(error), 10)
+        for part in (str(cause), getattr(cause, "_stackTrace", None) or "")
+    )
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """``error``, then its causes: PySpark's (``_cause``) or Python's."""
     cause: BaseException | None = error
-    while cause is not None and seen < 10:
-        parts += [str(cause), getattr(cause, "_stackTrace", None) or ""]
-        cause, seen = getattr(cause, "_cause", None) or cause.__cause__, seen + 1
-    return "\n".join(parts)
+    while cause is not None:
+        yield cause
+        cause = getattr(cause, "_cause", None) or cause.__cause__
 
 
 def _first_line(error: BaseException) -> str:
