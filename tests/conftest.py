@@ -52,12 +52,18 @@ from support.project import (  # noqa: E402
     generate_away,
     generate_project,
     install_project,
+    project_pyspark,
+    pyspark_wheel,
     resolve_spark_packages,
     start_prefetches,
 )
 from support.security import bad_certificates  # noqa: E402
 
 _HOLDING = contextlib.ExitStack()
+
+# PySpark's wheels, kept between sessions: one per Spark line, 0.45 GB each
+# (support.project.pyspark_wheel says why).
+WHEELS = Path.home() / ".cache" / "kedro-streaming-starter-tests" / "wheels"
 
 # Whether this process is one of xdist's workers (tests/README.md), which
 # share the session's project and virtualenv.
@@ -84,11 +90,7 @@ def pytest_sessionstart(session):
         scratch = Path(tempfile.mkdtemp(prefix="starter-tests-spark-"))
         _HOLDING.callback(shutil.rmtree, scratch, ignore_errors=True)
         os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
-        wheels = Path(tempfile.mkdtemp(prefix="prefetched-"))
-        # About 0.4 GB of wheels each session: gone with the session, or a
-        # machine that runs the suite often fills its disk.
-        _HOLDING.callback(shutil.rmtree, wheels, ignore_errors=True)
-        start_prefetches(wheels)
+        start_prefetches(WHEELS)
 
 
 def pytest_sessionfinish(session):
@@ -184,7 +186,8 @@ def project_bin(generated_project, tmp_path_factory) -> Path:
         return Path(os.environ["STARTER_PROJECT_VENV"]) / "bin"
 
     def install(folder: Path) -> Path:
-        bin_dir = install_project(generated_project, folder)
+        pyspark_wheel(WHEELS, project_pyspark(generated_project))
+        bin_dir = install_project(generated_project, folder, find_links=[WHEELS])
         if XDIST_WORKER:
             resolve_spark_packages(generated_project, bin_dir)
         return bin_dir

@@ -181,20 +181,8 @@ def start_prefetches(cache: Path) -> None:
             module.resolve_registry()
 
     def pyspark() -> None:
-        # Wheel files, not uv's cache: uv has no `pip wheel`, and builds a
-        # source distribution again when the index serves it without HTTP
-        # caching headers (as some mirrors do). The second to take the lock
-        # finds the first's wheels in pip's cache.
-        lock_path = Path(tempfile.gettempdir()) / "starter-tests-pyspark-wheels.lock"
-        with open(lock_path, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            for version in OTHER_SPARK_VERSIONS:
-                subprocess.run(
-                    [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
-                    + ["-w", str(cache), f"pyspark=={version}"],
-                    check=False,
-                    capture_output=True,
-                )
+        for version in OTHER_SPARK_VERSIONS:
+            pyspark_wheel(cache, version)
 
     PREFETCHED_WHEELS.append(cache)
     for name, fetch in (("registry", registry), ("pyspark", pyspark)):
@@ -207,6 +195,36 @@ PREFETCHES: dict[str, threading.Thread] = {}
 
 # The folder the pyspark prefetch builds its wheels into (start_prefetches).
 PREFETCHED_WHEELS: list[Path] = []
+
+
+def pyspark_wheel(folder: Path, version: str) -> None:
+    """PySpark ``version``'s wheel in ``folder``, built once per folder.
+
+    PyPI has PySpark as a source distribution only. uv has no `pip wheel`
+    and, when the index serves it without HTTP caching headers (as some
+    mirrors do), builds it again at every install, keeping each build in its
+    cache (1.4 GB a session). pip keeps the wheel it built; an unchanged
+    file in a lasting folder is one entry in uv's cache. A file lock: two
+    sessions (or xdist's two workers) build it once."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock_path = Path(tempfile.gettempdir()) / "starter-tests-pyspark-wheels.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not list(folder.glob(f"pyspark-{version}-*.whl")):
+            subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
+                + ["-w", str(folder), f"pyspark=={version}"],
+                check=False,
+                capture_output=True,
+            )
+
+
+def project_pyspark(project: Path) -> str:
+    """The PySpark version ``project``'s requirements.txt pins."""
+    for line in (project / "requirements.txt").read_text().splitlines():
+        if line.startswith("pyspark=="):
+            return line.split("==", 1)[1].split()[0]
+    raise AssertionError(f"{project}/requirements.txt pins no pyspark")
 
 
 # The other Spark lines tests/test_spark_lines.py runs (comma-separated).
