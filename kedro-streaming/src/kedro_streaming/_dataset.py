@@ -113,6 +113,9 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
         self.output_mode, self.real_time = self.sink.output_mode, self.sink.real_time
         self.foreach_batch = self.sink.foreach_batch
         self.partition_by = self.sink.partition_by
+        # Its name in the catalog, which the run sets (a dataset is not told):
+        # a source's name in its query's checkpoint, when Spark names them.
+        self.catalog_name: str | None = None
 
     @property
     def load_options(self) -> dict[str, Any]:
@@ -185,6 +188,7 @@ class SparkStreamingDataset(AbstractDataset[DataFrame, DataFrame]):
             schema or self.schema,
             written_schema=self._started_from.schema if written else None,
             keep_watermark=self._keep_watermark is True,
+            name=self.catalog_name,
         ).observe(f"{ROWS_READ_METRIC}:{next(_LOADS)}", F.count(F.lit(1)).alias("rows"))
         return frame if self.avro is None else self.avro.decode(frame)
 

@@ -2,99 +2,33 @@
 a column is added, refused before the query starts otherwise."""
 
 import glob
-import json
 import logging
 from datetime import datetime
 
 import pandas as pd
 import pytest
-from kedro.io import DataCatalog
-from kedro.pipeline import node, pipeline
 from kedro_streaming import SparkStreamingDataset, StreamingConfigError
-from kedro_streaming._checks.plans import build_plans
 from kedro_streaming._checks.sink_schemas import (
     planned_state_schemas,
     recorded_operator_count,
     state_problem,
 )
-from kedro_streaming._checks.spec import RunSpec
-from kedro_streaming._run.hooks import StreamingQueryHooks
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+from tests.run.one_node import (
+    catalog_of,
+    dry_run,
+    files_of,
+    kedro_run,
+    land,
+)
 
 FIX = (
     "`kedro streams reset out` (removes its table and checkpoint, and those of "
     "the streams that read it: the next run writes them all again), or write "
     "to a new table (another filepath and checkpoint)"
 )
-
-
-def catalog_of(tmp_path, schema: str) -> DataCatalog:
-    """A JSON landing folder `in` and a parquet sink `out`, as a new run's."""
-    return DataCatalog.from_config(
-        {
-            "in": {
-                "type": "kedro_streaming.SparkStreamingDataset",
-                "filepath": str(tmp_path / "in"),
-                "file_format": "json",
-                "load_args": {"schema": schema},
-            },
-            "out": {
-                "type": "kedro_streaming.SparkStreamingDataset",
-                "filepath": str(tmp_path / "out"),
-                "file_format": "parquet",
-                "save_args": {"checkpoint": str(tmp_path / "checkpoint")},
-            },
-        }
-    )
-
-
-def kedro_run(tmp_path, schema: str, function) -> DataCatalog:
-    """One bounded run of `in -> function -> out` through the hooks, as
-    `kedro run --params trigger=available_now` drives them."""
-    catalog = catalog_of(tmp_path, schema)
-    hooks = StreamingQueryHooks()
-    settings = {"trigger": "available_now", "state_dir": str(tmp_path / "streams")}
-    hooks.after_context_created(
-        type("Context", (), {"config_loader": {"streaming": settings}})()
-    )
-    nodes = one_node(function)
-    hooks.before_pipeline_run({}, nodes, catalog)
-    try:
-        hooks.before_dataset_saved("out", function(catalog.load("in")), nodes.nodes[0])
-    except Exception as error:
-        hooks.on_pipeline_error(error, {})
-        raise
-    hooks.after_pipeline_run({})
-    return catalog
-
-
-def one_node(function):
-    return pipeline([node(function, "in", "out", name="write")])
-
-
-def dry_run(spark, catalog: DataCatalog, function):
-    """What `kedro streams validate` (and `kedro run`, before any query
-    starts) finds: its notes and problems."""
-    plans = build_plans(spark, RunSpec.read(catalog, one_node(function), {}))
-    return plans.notes, plans.problems
-
-
-def land(tmp_path, name: str, records: list[dict]) -> None:
-    (tmp_path / "in").mkdir(exist_ok=True)
-    (tmp_path / "in" / name).write_text(
-        "".join(json.dumps(record) + "\n" for record in records)
-    )
-
-
-def files_of(*folders) -> dict[str, int]:
-    """Every file below the folders, with its size and modification time."""
-    return {
-        str(path): (path.stat().st_size, path.stat().st_mtime_ns)
-        for folder in folders
-        for path in sorted(folder.rglob("*"))
-        if path.is_file()
-    }
 
 
 def streamed_rows(spark, tmp_path) -> list[tuple]:

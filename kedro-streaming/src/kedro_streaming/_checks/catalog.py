@@ -250,11 +250,14 @@ def streaming_datasets(
     catalog: DataCatalog, names: set[str]
 ) -> dict[str, SparkStreamingDataset]:
     datasets = {name: catalog[name] for name in sorted(names) if name in catalog}
-    return {
+    found = {
         name: each
         for name, each in datasets.items()
         if isinstance(each, SparkStreamingDataset)
     }
+    for name, each in found.items():
+        each.catalog_name = name
+    return found
 
 
 def query_sources(

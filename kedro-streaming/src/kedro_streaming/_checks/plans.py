@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 
 from kedro_streaming._checks.describe import ends_by_itself
 from kedro_streaming._checks.realtime import real_time_plan_problem
-from kedro_streaming._checks.sink_schemas import check_sink_schema
+from kedro_streaming._checks.resume import Verdict, resume_verdict
 from kedro_streaming._checks.spec import RunSpec, sink_read_as
 from kedro_streaming._checks.stateful import (
     missing_api_problem,
@@ -67,6 +67,7 @@ class Plans:
             of this run (see ``_input``).
         notes: Changes a query may make, said before it starts (a new column).
         returned: What each node not built on a stand-in returned.
+        verdicts: What starting each sink's query does to its checkpoint.
     """
 
     frames: dict[str, Any] = field(default_factory=dict)
@@ -74,6 +75,7 @@ class Plans:
     stand_ins: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     returned: dict[Node, Any] = field(default_factory=dict)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
 
     def replay(self) -> Callable[[], None]:
         """Makes each node in ``returned`` return its dry-run result on its
@@ -136,7 +138,7 @@ def build_plans(
             plans.returned[node] = returned
         for name in sorted(set(outputs) & set(sinks)):
             problem = sink_plan_problem(
-                spark, sinks[name], outputs[name], plans, name, bounded=bounded
+                spark, sinks[name], outputs[name], plans, name, bounded=bounded, run=run
             )
             if problem:
                 plans.problems.append(f"query {name} (node {node.name}): {problem}")
@@ -176,10 +178,12 @@ def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
     name: str,
     *,
     bounded: bool = False,
+    run: RunSpec,
 ) -> str | None:
-    """What Spark would refuse when starting the sink's query, or a sink schema
-    or state change that cannot resume; ``None`` if nothing (notes go to
-    ``plans``). Every check of a sink's DataFrame belongs here."""
+    """What Spark would refuse when starting the sink's query, or a change
+    its checkpoint cannot resume (``resume_verdict``); ``None`` if nothing
+    (notes and the verdict go to ``plans``). Every check of a sink's
+    DataFrame belongs here."""
     try:
         frame.schema  # noqa: B018 (analyses the plan, also over Spark Connect)
     except Exception as error:
@@ -205,9 +209,12 @@ def sink_plan_problem(  # noqa: PLR0913 (the sink, its plan, and the run's)
     for note in (unwatermarked_join_note(frame), union_watermark_note(frame)):
         if note:
             plans.notes.append(f"'{name}' {note}")
-    check = check_sink_schema(name, dataset, frame)
-    plans.notes += [f"'{name}' {note}" for note in check.notes]
-    return f"'{name}' {check.problems[0]}." if check.problems else None
+    verdict = resume_verdict(
+        name, dataset, frame, run.sources_of(name), project=run.project_path
+    )
+    plans.verdicts[name] = verdict
+    plans.notes += [f"'{name}' {note}" for note in verdict.notes]
+    return f"'{name}' {verdict.reasons[0]}." if verdict.reasons else None
 
 
 def _output_mode_problem(spark: Any, mode: str, frame: Any) -> str | None:

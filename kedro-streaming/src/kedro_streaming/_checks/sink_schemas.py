@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import DataType, StructField, StructType
 from pyspark.sql.utils import AnalysisException
 
+from kedro_streaming._checkpoint import Checkpoint
 from kedro_streaming._connectors.streams import as_nullable
 from kedro_streaming._spark import java_frame, jvm_of, plan_nodes
 
@@ -45,7 +46,7 @@ def check_sink_schema(name: str, dataset: Any, frame: DataFrame) -> SchemaCheck:
     check = SchemaCheck()
     committed = committed_schema(dataset, frame.sparkSession)
     if isinstance(committed, str):
-        check.problems.append(f"{committed}. Fix: {_fix(name)}")
+        check.problems.append(f"{committed}. Fix: {reset_fix(name)}")
     elif committed is not None:
         partitions = _partition_columns(dataset)
         written = dataset.connector.table_schema(dataset, frame.schema)
@@ -56,7 +57,7 @@ def check_sink_schema(name: str, dataset: Any, frame: DataFrame) -> SchemaCheck:
             check.problems.append(
                 "would no longer match its committed files: "
                 f"{'; '.join(changed)}. Fix: keep the committed columns and types "
-                f"in the node that writes it, or {_fix(name)}"
+                f"in the node that writes it, or {reset_fix(name)}"
             )
         if added:
             check.notes.append(
@@ -66,12 +67,13 @@ def check_sink_schema(name: str, dataset: Any, frame: DataFrame) -> SchemaCheck:
     state = state_problem(dataset.checkpoint, frame)
     if state:
         check.problems.append(
-            f"keeps state its checkpoint cannot resume: {state}. Fix: {_fix(name)}"
+            f"keeps state its checkpoint cannot resume: {state}. Fix: {reset_fix(name)}"
         )
     return check
 
 
-def _fix(name: str) -> str:
+def reset_fix(name: str) -> str:
+    """How to start sink ``name``'s query afresh."""
     return (
         f"`kedro streams reset {name}` (removes its table and checkpoint, and "
         "those of the streams that read it: the next run writes them all "
@@ -162,20 +164,21 @@ def state_problem(checkpoint: str | None, frame: DataFrame) -> str | None:
     """How ``frame``'s state would differ from ``checkpoint``'s, if it does."""
     if not checkpoint:
         return None
-    stored = recorded_state_schemas(checkpoint)
-    if not stored:
-        return None
-    planned = planned_state_schemas(frame)
-    if planned is None:  # Spark Connect: no plan to read here
-        return None
     # Counted by folder: a join keeps its schemas a level down
     # (state/<id>/<partition>/<side>), where none is read here.
     recorded = recorded_operator_count(checkpoint)
+    if not recorded and Checkpoint(checkpoint).committed is None:
+        return None  # nothing committed: the query starts afresh
+    planned = planned_state_schemas(frame)
+    if planned is None:  # Spark Connect: no plan to read here
+        return None
     if len(planned) != recorded:
         return (
             f"its checkpoint holds the state of {recorded} stateful "
             f"operator(s), and the query now has {len(planned)}"
+            + (f" ({', '.join(kind for kind, _, _ in planned)})" if planned else "")
         )
+    stored = recorded_state_schemas(checkpoint)
     for operator, (kind, keys, values) in enumerate(planned):
         if operator not in stored or keys is None:
             continue

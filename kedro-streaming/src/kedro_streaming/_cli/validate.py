@@ -64,19 +64,23 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
     for note in plans.notes:
         click.echo(f"note: {note}.")
     earlier = problems[:configuration_problems]
-    for name in plans.frames:
+    for name in dict.fromkeys([*plans.frames, *plans.verdicts]):
         # A problem found before the plans may name this query's datasets.
         named = [
             dataset
             for dataset in _datasets_of(run, name)
             if any(f"'{dataset}'" in problem for problem in earlier)
         ]
-        click.echo(
-            f"query {name}: its plan builds, but see the problem with "
-            f"{', '.join(map(repr, named))} below"
-            if named
-            else f"query {name}: ok"
-        )
+        verdict = plans.verdicts.get(name)
+        if named:
+            click.echo(
+                f"query {name}: its plan builds, but see the problem with "
+                f"{', '.join(map(repr, named))} below"
+            )
+        elif verdict is None:
+            click.echo(f"query {name}: ok")
+        else:
+            click.echo(verdict.describe(name, run.readers.get(name, [])))
     if problems:
         for problem in problems:
             click.echo("- " + problem.replace("\n", "\n  "), err=True)

@@ -146,6 +146,11 @@ class Connector:
         """Where its data lives, for a failed query's message, if not said."""
         return None
 
+    def identity(self, entry: Entry) -> str | None:
+        """What a checkpoint's offsets of it point into, when not its folder
+        (a topic): a query reading another one cannot resume them."""
+        return None
+
     def holds_data(self, entry: Entry) -> bool:
         """Whether the entry's table or folder has been written."""
         return False

@@ -4,6 +4,7 @@ and the query that writes a sink."""
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 from kedro.io.core import DatasetError
@@ -14,6 +15,27 @@ from pyspark.sql.utils import AnalysisException
 
 from kedro_streaming._connectors.base import Connector, Entry
 from kedro_streaming._spark import with_trigger
+
+# Spark's settings that let a query add or remove a source over its state
+# (Spark 4.2): every source named, and offsets logged by name.
+SOURCE_EVOLUTION = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
+OFFSET_LOG_FORMAT = "spark.sql.streaming.offsetLog.formatVersion"
+
+
+def source_name(name: str) -> str:
+    """A catalog name as Spark takes a source's name (letters, digits, ``_``).
+
+    Example:
+        >>> source_name("zones@changes"), source_name("raw.trips")
+        ('zones_changes', 'raw_trips')
+    """
+    return re.sub(r"\W", "_", name, flags=re.ASCII)
+
+
+def names_sources(spark: SparkSession) -> bool:
+    """Whether the session's queries name their sources (``SOURCE_EVOLUTION``)."""
+    return spark.conf.get(SOURCE_EVOLUTION, "false").strip().lower() == "true"
+
 
 # Spark's causes for a source that holds nothing to stream yet.
 _NOTHING_YET = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA", "DELTA_SCHEMA_NOT_SET")
@@ -28,16 +50,20 @@ def read_stream(  # noqa: PLR0913 (a source's parts)
     *,
     written_schema: StructType | None = None,
     keep_watermark: bool = False,
+    name: str | None = None,
 ) -> DataFrame:
     """A streaming DataFrame over a source, without its writer's watermark mark
     (no query reading it advances it) unless ``keep_watermark``.
 
     Without a ``schema``, a folder takes its committed files' (merged) schema,
     as the batch reader follows the sink's log; ``written_schema`` (what this
-    process writes there) wins over it.
+    process writes there) wins over it. ``name``: the source's catalog name,
+    its name in the checkpoint when the session names sources.
     """
     file_format = connector.file_format
     reader = spark.readStream.format(file_format).options(**options)
+    if names_sources(spark):
+        reader = reader.name(source_name(name or path or file_format))
     if connector.keeps_schema:
         schema = None  # the table carries its own; Spark refuses another
     try:

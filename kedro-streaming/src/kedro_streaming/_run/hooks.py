@@ -144,6 +144,7 @@ class StreamingQueryHooks:
             metrics=metrics,
             serve_after_failure=linger,
             planner_warm_up=planner_warm_up(self._settings),
+            records={name: v.record for name, v in plans.verdicts.items()},
         )
         queries.watch_signals()
         # Last: the run starts what was checked; each node runs once.

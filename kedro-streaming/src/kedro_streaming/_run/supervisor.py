@@ -24,6 +24,7 @@ from kedro_streaming._checks.describe import (
     ends_by_itself,
 )
 from kedro_streaming._checks.planner_warmup import PlannerWarmUp
+from kedro_streaming._checks.query_record import write_record
 from kedro_streaming._checks.realtime import (
     interval_ms,
     quiet_interrupted_tasks,
@@ -59,8 +60,11 @@ class QuerySupervisor:
         metrics: StreamMetrics | None = None,
         serve_after_failure: float = 0.0,
         planner_warm_up: int = 0,
+        records: dict[str, dict[str, Any] | None] | None = None,
     ) -> None:
         self._run = run or RunSpec()
+        # What to record beside each query's checkpoint once it started.
+        self._records = records or {}
         catalog, pipeline = (run.catalog, run.pipeline) if run else (None, None)
         self._triggers = self._run.triggers()
         self._state = self._run.state or StreamState.from_settings({})
@@ -117,6 +121,7 @@ class QuerySupervisor:
             self.stop_all()
             raise StreamingConfigError(f"'{name}': {error}") from None
         self._started(name, query)
+        write_record(dataset.checkpoint, self._records.get(name))
         if dataset.real_time:
             self._warm_up(name, data)
         self._state.heartbeat(list(self._queries), force=True)

@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 
 _KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider$"
 _KAFKA_SINK_OPTIONS = ("topic", "includeHeaders")
+# How a source names what it reads, and a sink where it writes.
+_SUBSCRIPTIONS = {
+    "subscribe": "topic",
+    "subscribePattern": "topics matching",
+    "assign": "partitions",
+    "topic": "topic",
+}
 # The Kafka connector's keys are lower case; as its documentation spells them.
 _KAFKA_SPELLING = (
     "assign subscribe subscribePattern startingOffsets endingOffsets "
@@ -112,6 +119,13 @@ class Kafka(Connector):
         options = entry.load_options
         topic = options.get("subscribe") or options.get("subscribePattern")
         return f"Kafka {topic or 'assigned partitions'}"
+
+    def identity(self, entry: Entry) -> str | None:
+        options = {**entry.load_options, **entry.writer_options}
+        for option, what in _SUBSCRIPTIONS.items():
+            if option in options:
+                return f"Kafka {what} {options[option]}"
+        return "Kafka, each row's topic"
 
     def address(self, entry: Entry) -> str | None:
         servers = client_config(entry).get("bootstrap.servers", "?")

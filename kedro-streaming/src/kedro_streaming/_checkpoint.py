@@ -1,0 +1,120 @@
+"""A query's checkpoint as Spark lays it out, read without Spark: its batches,
+the offsets of each (``v1``: one line per source, in the plan's order;
+``v2``: ``name:offset``, the sources named), the stateful operators it keeps
+state for, and the plugin's own record of the query that last started on it.
+
+Example:
+    >>> checkpoint = Checkpoint("/nowhere/at/all")
+    >>> checkpoint.committed is None, checkpoint.last_offsets() is None
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+# The plugin's record of the query that last started on a checkpoint, beside
+# Spark's own files (Spark reads only the folders and files it writes).
+RECORD = "kedro-streaming.json"
+
+
+@dataclass(frozen=True)
+class Offsets:
+    """One batch's line in ``offsets/``: Spark's metadata (``batchWatermarkMs``,
+    ``conf``, ...) and each source's offset, named in a ``v2`` log."""
+
+    batch: int
+    version: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    sources: list[tuple[str | None, Any]] = field(default_factory=list)
+
+    @property
+    def named(self) -> bool:
+        """Whether the log names its sources (Spark 4.2's source evolution)."""
+        return self.version >= 2  # noqa: PLR2004 (the log's format version)
+
+
+class Checkpoint:
+    """A checkpoint folder, local or remote (any fsspec URL)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._fs, self._root = fsspec.core.url_to_fs(location.rstrip("/"))
+
+    def exists(self) -> bool:
+        return self._fs.exists(self._root)
+
+    def batches(self, folder: str) -> list[int]:
+        """The batch ids of ``offsets`` or ``commits``, in order."""
+        path = f"{self._root}/{folder}"
+        if not self._fs.exists(path):
+            return []
+        names = [
+            entry.rstrip("/").rsplit("/", 1)[-1]
+            for entry in self._fs.ls(path, detail=False)
+        ]
+        return sorted(int(name) for name in names if name.isdigit())
+
+    @property
+    def committed(self) -> int | None:
+        """The last batch the query committed, if any."""
+        commits = self.batches("commits")
+        return commits[-1] if commits else None
+
+    def offsets(self, batch: int) -> Offsets:
+        """Batch ``batch``'s offsets."""
+        text = self._fs.cat_file(f"{self._root}/offsets/{batch}").decode()
+        lines = text.splitlines()
+        version = int(lines[0].lstrip("v")) if lines and lines[0][1:].isdigit() else 1
+        metadata = json.loads(lines[1]) if len(lines) > 1 else {}
+        sources: list[tuple[str | None, Any]] = []
+        for line in lines[2:]:
+            name, offset = None, line
+            if version >= 2 and ":" in line:  # noqa: PLR2004 (named lines)
+                name, offset = line.split(":", 1)
+            sources.append((name, None if offset in ("", "-") else _json(offset)))
+        return Offsets(batch, version, metadata, sources)
+
+    def last_offsets(self) -> Offsets | None:
+        """The newest batch's offsets (committed or not), if any."""
+        batches = self.batches("offsets")
+        return self.offsets(batches[-1]) if batches else None
+
+    def state_operators(self) -> list[int]:
+        """The ids of the stateful operators ``state/`` has a folder for."""
+        path = f"{self._root}/state"
+        if not self._fs.exists(path):
+            return []
+        names = [
+            entry.rstrip("/").rsplit("/", 1)[-1]
+            for entry in self._fs.ls(path, detail=False)
+        ]
+        return sorted(int(name) for name in names if name.isdigit())
+
+    def record(self) -> dict[str, Any] | None:
+        """The plugin's record of the query that last started here, if any."""
+        path = f"{self._root}/{RECORD}"
+        if not self._fs.exists(path):
+            return None
+        try:
+            return json.loads(self._fs.cat_file(path))
+        except ValueError:  # cut short by a kill while written: none
+            return None
+
+    def write_record(self, content: dict[str, Any]) -> None:
+        """Replaces the record (the folder is made if Spark has not yet)."""
+        self._fs.makedirs(self._root, exist_ok=True)
+        self._fs.pipe_file(
+            f"{self._root}/{RECORD}", json.dumps(content, indent=1).encode()
+        )
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:  # a source's own offset format: kept as it is
+        return text

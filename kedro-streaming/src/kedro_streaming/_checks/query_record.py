@@ -1,0 +1,161 @@
+"""What a query is, as far as its checkpoint cares: the sources it reads
+(by catalog name), its watermarks, windows and stateful operators, and where
+it writes. The run records it beside the checkpoint when the query starts
+(``kedro-streaming.json``); the next deploy's checks compare with it what
+Spark's own files do not say (a window's size, a watermark's delay, a
+source's topic, a sink's folder).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from pathlib import Path
+from typing import Any
+
+import pyspark
+
+from kedro_streaming._checkpoint import Checkpoint
+from kedro_streaming._spark import java_frame, plan_nodes
+
+# The record's layout; a later one is read as none (compared as if absent).
+FORMAT = 1
+
+
+def query_record(
+    name: str,
+    dataset: Any,
+    frame: Any,
+    sources: dict[str, Any],
+    *,
+    project: Path | None,
+) -> dict[str, Any]:
+    """What the run records of sink ``name``'s query built as ``frame``."""
+    record: dict[str, Any] = {
+        "format": FORMAT,
+        "query": name,
+        "plugin": importlib.metadata.version("kedro-streaming"),
+        "spark": pyspark.__version__,
+        "sources": {
+            source: where(entry, project) for source, entry in sorted(sources.items())
+        },
+        "sink": {
+            "where": where(dataset, project),
+            "partition_by": _partition_by(dataset),
+        },
+    }
+    jframe = java_frame(frame)
+    if jframe is not None:  # over Spark Connect the plan is the server's
+        plan = jframe.queryExecution().analyzed()
+        record["watermarks"] = watermarks(plan)
+        record["windows"] = windows(plan)
+    return record
+
+
+def recorded(checkpoint: str | None) -> dict[str, Any] | None:
+    """The record of the query that last started on ``checkpoint``."""
+    if not checkpoint:
+        return None
+    record = Checkpoint(checkpoint).record()
+    return record if record and record.get("format") == FORMAT else None
+
+
+def write_record(checkpoint: str | None, record: dict[str, Any] | None) -> None:
+    """Records the query that starts on ``checkpoint`` (after it started)."""
+    if checkpoint and record:
+        Checkpoint(checkpoint).write_record(record)
+
+
+def where(entry: Any, project: Path | None) -> str:
+    """Where an entry reads or writes, in a few words: a Kafka topic, or its
+    format and folder (relative to the project if inside it, so that a
+    project moved with its checkpoints is the same)."""
+    identity = entry.connector.identity(entry)
+    if identity:
+        return identity
+    path = entry.path or ""
+    if project is not None and path:
+        try:
+            path = Path(path).resolve().relative_to(project.resolve()).as_posix()
+        except ValueError:
+            pass  # outside the project: kept whole
+    return f"{entry.file_format} {path}".strip()
+
+
+def _partition_by(dataset: Any) -> list[str]:
+    columns = dataset.partition_by or []
+    return [columns] if isinstance(columns, str) else list(columns)
+
+
+def watermarks(plan: Any) -> dict[str, str]:
+    """Each ``withWatermark`` of the plan: its column and delay."""
+    found = {}
+    for node in plan_nodes(plan):
+        if node.nodeName() == "EventTimeWatermark":
+            line = node.simpleString(_FIELDS)
+            found[node.eventTime().name()] = line.rsplit(", ", 1)[-1].strip()
+    return found
+
+
+# How many fields of a node's line to print: all of them.
+_FIELDS = 1000
+# A window column's marks in Spark's metadata, and what the analysed plan
+# keeps of its size: microsecond literals ("3600000000L") or an interval.
+_WINDOW_MARKS = ("spark.timeWindow", "spark.sessionWindow")
+_MICROS = re.compile(r"\b(\d+)L\b")
+_INTERVAL = re.compile(r"'([^']+)' AS INTERVAL")
+_TIME_COLUMN = re.compile(r"precisetimestampconversion\((\w+)")
+
+
+def windows(plan: Any) -> dict[str, str]:
+    """Each time or session window the plan computes, by column name: its
+    sizes (a sliding window's size and slide) and the time it windows.
+
+    Spark's analysis has turned ``window("at", "1 hour")`` into arithmetic
+    on microseconds; the sizes are its literals."""
+    found = {}
+    for node in plan_nodes(plan):
+        if node.nodeName() not in ("Project", "Expand"):
+            continue
+        output = node.output()
+        marked = [
+            output.apply(i).name()
+            for i in range(output.size())
+            if any(m in output.apply(i).metadata().json() for m in _WINDOW_MARKS)
+        ]
+        expressions = node.expressions()
+        texts = [expressions.apply(i).sql() for i in range(expressions.size())]
+        text = " ".join(t for t in texts if "precisetimestampconversion(" in t)
+        if not marked or not text:
+            continue  # passed through from below, not computed here
+        sizes = sorted({int(m) for m in _MICROS.findall(text) if int(m)}, reverse=True)
+        described = [duration(micros) for micros in sizes] + _INTERVAL.findall(text)
+        column = _TIME_COLUMN.search(text)
+        for name in marked:
+            found[name] = ", ".join(described) + (
+                f" over {column[1]}" if column else ""
+            )
+    return found
+
+
+_UNITS = (
+    (86_400_000_000, "day"),
+    (3_600_000_000, "hour"),
+    (60_000_000, "minute"),
+    (1_000_000, "second"),
+    (1_000, "millisecond"),
+)
+
+
+def duration(micros: int) -> str:
+    """Microseconds in the largest unit that divides them.
+
+    Example:
+        >>> duration(3_600_000_000), duration(900_000_000), duration(1)
+        ('1 hour', '15 minutes', '1 microsecond')
+    """
+    for size, unit in _UNITS:
+        if micros % size == 0:
+            count = micros // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{micros} microsecond{'s' if micros != 1 else ''}"
