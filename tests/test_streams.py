@@ -160,6 +160,8 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     ]
     assert sum(late) == sum(expected.late_groups_by_batch) < expected.late_trips
 
+    assert_resumes_as_it_is(project_bin, fresh_project, list(status), records)
+
     # Reset the summary, from a folder inside the project: bronze is
     # untouched, the summary is rebuilt from it.
     bronze_files = committed_files(data / "02_intermediate/bronze_trips")
@@ -196,6 +198,15 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     )
     assert refused.returncode != 0 and "is not a streaming sink" in refused.output
     assert (data / "01_raw/taxi_zone_lookup.csv").exists()
+
+
+def assert_resumes_as_it_is(project_bin, project, queries, records) -> None:
+    """Nothing changed since the runs: `validate` says each query resumes as
+    it is, after its last batch."""
+    validated = streams(project_bin, project, "validate").stdout
+    for query in queries:
+        last = max(r["batch"] for r in records if r["query"] == query)
+        assert f"query {query}: ok, resumes as it is after batch {last}\n" in validated
 
 
 def test_validate_names_each_broken_query_and_writes_nothing(

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(kedro_streaming.__file__).parent
 # Bottom to top: each may import from its own layer and those below it.
 LAYERS = [
-    {"errors", "problems", "_spark", "_project"},
+    {"errors", "problems", "_spark", "_project", "_checkpoint"},
     {"_connectors"},
     {"_nodes"},
     {"_observe"},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import fsspec
@@ -64,6 +65,14 @@ class Checkpoint:
         """The last batch the query committed, if any."""
         commits = self.batches("commits")
         return commits[-1] if commits else None
+
+    def committed_at(self, batch: int) -> datetime | None:
+        """When batch ``batch`` was committed (its commit file's time)."""
+        info = self._fs.info(f"{self._root}/commits/{batch}")
+        moment = info.get("mtime") or info.get("LastModified")
+        if isinstance(moment, int | float):
+            return datetime.fromtimestamp(moment, timezone.utc)
+        return moment
 
     def offsets(self, batch: int) -> Offsets:
         """Batch ``batch``'s offsets."""

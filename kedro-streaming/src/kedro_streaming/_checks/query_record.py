@@ -8,7 +8,6 @@ source's topic, a sink's folder).
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ def query_record(
     record: dict[str, Any] = {
         "format": FORMAT,
         "query": name,
-        "plugin": importlib.metadata.version("kedro-streaming"),
+        "plugin": _plugin_version(),
         "spark": pyspark.__version__,
         "sources": {
             source: where(entry, project) for source, entry in sorted(sources.items())
@@ -52,6 +51,12 @@ def query_record(
     return record
 
 
+def _plugin_version() -> str:
+    from kedro_streaming import __version__  # noqa: PLC0415 (the package's own)
+
+    return __version__
+
+
 def recorded(checkpoint: str | None) -> dict[str, Any] | None:
     """The record of the query that last started on ``checkpoint``."""
     if not checkpoint:
@@ -66,7 +71,7 @@ def write_record(checkpoint: str | None, record: dict[str, Any] | None) -> None:
         Checkpoint(checkpoint).write_record(record)
 
 
-def where(entry: Any, project: Path | None) -> str:
+def where(entry: Any, project: Path | str | None) -> str:
     """Where an entry reads or writes, in a few words: a Kafka topic, or its
     format and folder (relative to the project if inside it, so that a
     project moved with its checkpoints is the same)."""
@@ -76,7 +81,7 @@ def where(entry: Any, project: Path | None) -> str:
     path = entry.path or ""
     if project is not None and path:
         try:
-            path = Path(path).resolve().relative_to(project.resolve()).as_posix()
+            path = Path(path).resolve().relative_to(Path(project).resolve()).as_posix()
         except ValueError:
             pass  # outside the project: kept whole
     return f"{entry.file_format} {path}".strip()

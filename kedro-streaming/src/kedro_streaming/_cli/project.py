@@ -42,6 +42,7 @@ def _open(
         pipeline,
         streaming_settings(context.config_loader),
         env=env,
+        project_path=metadata.project_path,
         config_loader=context.config_loader,
     )
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ import fsspec
 from kedro.framework.cli.utils import env_option
 from kedro.framework.project import pipelines as registered_pipelines
 
+from kedro_streaming._checkpoint import Checkpoint
 from kedro_streaming._checks.spec import RunSpec
 from kedro_streaming._cli.project import _open, pipelines_option, queried
 from kedro_streaming._connectors import delta
@@ -107,19 +106,8 @@ def _described_totals(query_totals: dict[str, Any] | None) -> list[str]:
 
 def _checkpoint_state(checkpoint: str) -> dict[str, Any]:
     """The last committed batch, a started but uncommitted one, and offsets."""
-    fs, root = fsspec.core.url_to_fs(checkpoint)
-
-    def batches(folder: str) -> list[int]:
-        path = f"{root}/{folder}"
-        if not fs.exists(path):
-            return []
-        names = [
-            entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(path, detail=False)
-        ]
-        return sorted(int(name) for name in names if name.isdigit())
-
-    commits, offsets = batches("commits"), batches("offsets")
-    committed = commits[-1] if commits else None
+    folder = Checkpoint(checkpoint)
+    committed, offsets = folder.committed, folder.batches("offsets")
     pending = (
         offsets[-1]
         if offsets and (committed is None or offsets[-1] > committed)
@@ -127,14 +115,12 @@ def _checkpoint_state(checkpoint: str) -> dict[str, Any]:
     )
     result = {"committed": committed, "pending": pending, "when": None, "offsets": []}
     if committed is not None:
-        info = fs.info(f"{root}/commits/{committed}")
-        moment = info.get("mtime") or info.get("LastModified")
-        if isinstance(moment, int | float):
-            moment = datetime.fromtimestamp(moment, timezone.utc)
+        moment = folder.committed_at(committed)
         result["when"] = moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "?"
-        lines = fs.cat_file(f"{root}/offsets/{committed}").decode().splitlines()
         result["offsets"] = [
-            json.loads(line) for line in lines[2:] if line.startswith("{")
+            offset
+            for _name, offset in folder.offsets(committed).sources
+            if isinstance(offset, dict)
         ]
     return result
 
