@@ -36,6 +36,7 @@ from kedro_streaming._checks.watermarks import (
     inherited_watermark_problem,
     union_watermark_note,
 )
+from kedro_streaming._connectors.streams import names_sources, source_name
 from kedro_streaming._dataset import SparkStreamingDataset
 from kedro_streaming._spark import (
     headline,
@@ -322,11 +323,11 @@ def _input(
         stream = dataset.stream(schema=None if own_schema else frame.schema)
         stream.schema  # noqa: B018 (Spark Connect looks at the folder only now)
     except DatasetError:
-        return _stream_like(spark, frame)
+        return _stream_like(spark, frame, name)
     except AnalysisException as error:
         if not any(cause in str(error) for cause in _NOTHING_YET):
             raise
-        return _stream_like(spark, frame)
+        return _stream_like(spark, frame, name)
     return stream
 
 
@@ -345,12 +346,17 @@ def _table_of(
     return table
 
 
-def _stream_like(spark: Any, frame: Any) -> Any:
-    """A streaming DataFrame with ``frame``'s columns, nothing behind them."""
+def _stream_like(spark: Any, frame: Any, name: str) -> Any:
+    """A streaming DataFrame with ``frame``'s columns, nothing behind them,
+    standing for the stream over sink ``name`` (named so, when Spark names
+    sources)."""
     # One null cast to the whole row, then its fields: a cast per column was
     # four calls into the JVM each, 0.34 s for the example's two stand-ins.
     empty = F.lit(None).cast(frame.schema).alias("_row")
-    return spark.readStream.format("rate").load().select(empty).select("_row.*")
+    reader = spark.readStream.format("rate")
+    if names_sources(spark):
+        reader = reader.name(source_name(name))
+    return reader.load().select(empty).select("_row.*")
 
 
 def _run_recorded(node: Node, inputs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -19,6 +19,7 @@ from kedro.pipeline import Node, Pipeline
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from kedro_streaming._connectors.streams import names_sources, source_name
 from kedro_streaming.testing._changes import ChangesTable
 from kedro_streaming.testing._inputs import as_frame, as_pipeline, check_names
 from kedro_streaming.testing._queries import SinkQuery
@@ -158,10 +159,15 @@ class StreamTest:
         for query in self._queries.values():
             query.stop()
 
+    def _reader(self, name: str) -> Any:
+        """A stream reader, naming its source when the session names them."""
+        reader = self._spark.readStream
+        return reader.name(source_name(name)) if names_sources(self._spark) else reader
+
     def _build(self) -> None:
         """Gives each sink's query its DataFrame, from the node functions."""
         data: dict[str, Any] = {
-            name: self._spark.readStream.schema(schema).parquet(str(self._folder(name)))
+            name: self._reader(name).schema(schema).parquet(str(self._folder(name)))
             for name, schema in self._schemas.items()
         }
         data.update(
