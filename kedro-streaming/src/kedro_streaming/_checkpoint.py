@@ -104,6 +104,17 @@ class Checkpoint:
         ]
         return sorted(int(name) for name in names if name.isdigit())
 
+    def state_partitions(self, operator: int = 0) -> int:
+        """How many partitions the operator's state is split in (its folders)."""
+        path = f"{self._root}/state/{operator}"
+        if not self._fs.exists(path):
+            return 0
+        names = [
+            entry.rstrip("/").rsplit("/", 1)[-1]
+            for entry in self._fs.ls(path, detail=False)
+        ]
+        return sum(name.isdigit() for name in names)
+
     def record(self) -> dict[str, Any] | None:
         """The plugin's record of the query that last started here, if any."""
         path = f"{self._root}/{RECORD}"

@@ -95,6 +95,7 @@ def resume_verdict(
             _sources(frame, offsets, before, now, spark),
             _windows(before, now),
             _sink(name, before, now, checkpoint.committed),
+            _partitions(checkpoint, offsets, spark),
         ]
         for more_reasons, more_notes in found:
             reasons += [
@@ -102,7 +103,7 @@ def resume_verdict(
                 for r in more_reasons
             ]
             notes += more_notes
-        notes += _watermarks(before, now) + _partitions(offsets, spark)
+        notes += _watermarks(before, now)
         notes += _versions(before, now)
     committed = checkpoint.committed if checkpoint else None
     if reasons:
@@ -248,12 +249,25 @@ def _sink(name: str, before: dict, now: dict, committed: int | None) -> Found:
     return reasons, notes
 
 
-def _partitions(offsets: Offsets, spark: Any) -> list[str]:
-    kept = (offsets.metadata.get("conf") or {}).get(_SHUFFLE)
+def _partitions(checkpoint: Checkpoint, offsets: Offsets, spark: Any) -> Found:
+    """Spark keeps a checkpoint's shuffle partitions in its offset log, and a
+    query goes on with them; a log by name (Spark 4.2) does not keep them,
+    and the state's partitions (its folders) must match the session's."""
     asked = spark.conf.get(_SHUFFLE, None)
+    kept = (offsets.metadata.get("conf") or {}).get(_SHUFFLE)
+    if kept is None and offsets.named and checkpoint.state_operators():
+        split = checkpoint.state_partitions(checkpoint.state_operators()[0])
+        if asked is not None and split and str(split) != str(asked):
+            return [
+                f"has its state split in {split} partitions, and {_SHUFFLE} is now "
+                f"{asked}: a checkpoint whose sources are named (Spark 4.2) does not "
+                "keep the number, so the keys would be looked for in other "
+                f"partitions. Fix: set {_SHUFFLE} back to {split}"
+            ], []
+        return [], []
     if kept is None or asked is None or str(kept) == str(asked):
-        return []
-    return [
+        return [], []
+    return [], [
         f"keeps its checkpoint's {kept} shuffle partitions (its state is split "
         f"so): {_SHUFFLE} {asked} applies to new checkpoints only"
     ]

@@ -20,6 +20,7 @@ COMMANDS = {
     "status": "kedro_streaming._cli.sinks:status",
     "validate": "kedro_streaming._cli.validate:validate",
     "reset": "kedro_streaming._cli.sinks:reset",
+    "state": "kedro_streaming._cli.state:state",
     "optimize": "kedro_streaming._cli.sinks:optimize",
     "vacuum": "kedro_streaming._cli.sinks:vacuum",
     "broker": "kedro_streaming.devtools.cli_broker:broker_group",

@@ -1,0 +1,170 @@
+"""What a query keeps in its state, read from its checkpoint with Spark's
+state data source (``statestore``, ``state-metadata``): each stateful
+operator, its rows by key at a batch, and what changed between two batches.
+
+Spark reads the files while the query runs or after; nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
+
+# A join keeps each side's rows; its operator's stores are named after them.
+JOIN = "symmetricHashJoin"
+JOIN_SIDES = ("left", "right")
+# Spark's internal setting of a stateful query's partitions (see state_rows).
+_PARTITIONS = "spark.sql.streaming.internal.stateStore.partitions"
+
+
+@dataclass(frozen=True)
+class StateOperator:
+    """One stateful operator of a checkpoint, as ``state-metadata`` has it.
+
+    Attributes:
+        id: Spark's operator id (``state/<id>`` in the checkpoint).
+        name: Spark's operator name (``stateStoreSave``, ``dedupe``,
+            ``symmetricHashJoin``, ``transformWithStateExec``...).
+        partitions: The state's partitions (the checkpoint's shuffle
+            partitions).
+        first_batch, last_batch: The batches whose state the checkpoint keeps.
+        variables: ``transformWithState``'s state variables, by name.
+    """
+
+    id: int
+    name: str
+    partitions: int
+    first_batch: int
+    last_batch: int
+    variables: tuple[str, ...] = field(default=())
+
+    @property
+    def parts(self) -> tuple[str | None, ...]:
+        """What of it ``state_rows`` reads one at a time: a join's sides, a
+        processor's variables, else the whole operator (``None``)."""
+        if self.name == JOIN:
+            return JOIN_SIDES
+        return self.variables or (None,)
+
+
+def state_operators(spark: SparkSession, checkpoint: str) -> list[StateOperator]:
+    """The stateful operators whose state ``checkpoint`` keeps, by id."""
+    _coordinator(spark)
+    found: dict[int, StateOperator] = {}
+    for row in spark.read.format("state-metadata").load(checkpoint).collect():
+        properties = json.loads(row.operatorProperties or "{}")
+        variables = tuple(
+            v.get("stateName") for v in properties.get("stateVariables") or []
+        )
+        found.setdefault(
+            row.operatorId,
+            StateOperator(
+                row.operatorId,
+                row.operatorName,
+                row.numPartitions,
+                row.minBatchId,
+                row.maxBatchId,
+                variables,
+            ),
+        )
+    return [found[key] for key in sorted(found)]
+
+
+def state_rows(  # noqa: PLR0913 (what to read: the operator, its part, when)
+    spark: SparkSession,
+    checkpoint: str,
+    operator: StateOperator,
+    *,
+    part: str | None = None,
+    batch: int | None = None,
+    since: int | None = None,
+    timers: bool = False,
+) -> DataFrame:
+    """The state of ``operator`` after ``batch`` (its last by default): one
+    row per key, its ``key`` and ``value`` columns flattened (``key.borough``),
+    and ``partition_id``. ``part``: a join's side or a processor's variable
+    (see ``StateOperator.parts``). ``since``: what changed after that batch,
+    up to ``batch``: one row per change, with ``batch_id`` and
+    ``change_type`` (``update``, ``delete``). ``timers``: a processor's
+    registered timers instead of its values."""
+    _coordinator(spark)
+    reader = spark.read.format("statestore").option("operatorId", operator.id)
+    if operator.name == JOIN and part:
+        reader = reader.option("joinSide", part)
+    elif part:
+        reader = reader.option("stateVarName", part)
+    if timers:
+        reader = reader.option("readRegisteredTimers", "true")
+    last = operator.last_batch if batch is None else batch
+    if since is not None:
+        reader = (
+            reader.option("readChangeFeed", "true")
+            .option("changeStartBatchId", since + 1)
+            .option("changeEndBatchId", last)
+        )
+    else:
+        reader = reader.option("batchId", last)
+    # Spark 4.2 reads the state's partitions from the offset log's settings,
+    # where a log by name (its source evolution) keeps none: "None.get". The
+    # state's own count stands in, while the reader is built.
+    previous = spark.conf.get(_PARTITIONS, None)
+    spark.conf.set(_PARTITIONS, str(operator.partitions))
+    try:
+        frame = reader.load(checkpoint)
+    finally:
+        if previous is None:
+            spark.conf.unset(_PARTITIONS)
+        else:
+            spark.conf.set(_PARTITIONS, previous)
+    return flattened(frame)
+
+
+def flattened(frame: DataFrame) -> DataFrame:
+    """``frame`` with its structs' fields as columns named by their path; a
+    name a struct has twice (an aggregation's buffer: ``count`` per
+    aggregate) gets ``#2``, ``#3``..."""
+    columns = []
+    for field_ in frame.schema.fields:
+        name = field_.name
+        if not isinstance(field_.dataType, StructType):
+            columns.append(F.col(f"`{name}`"))
+            continue
+        names = _unique([f.name for f in field_.dataType.fields])
+        renamed = StructType(
+            [
+                StructField(new, f.dataType, f.nullable)
+                for new, f in zip(names, field_.dataType.fields, strict=True)
+            ]
+        )
+        inner = F.col(f"`{name}`").cast(renamed)
+        columns += [inner.getField(n).alias(f"{name}.{n}") for n in names]
+    flat = frame.select(columns)
+    if any(isinstance(f.dataType, StructType) for f in flat.schema.fields):
+        return flattened(flat)
+    return flat
+
+
+def _unique(names: list[str]) -> list[str]:
+    """Each name once, a repeated one numbered.
+
+    Example:
+        >>> _unique(["count", "sum", "count"])
+        ['count', 'sum', 'count#2']
+    """
+    seen: dict[str, int] = {}
+    unique = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return unique
+
+
+def _coordinator(spark: SparkSession) -> None:
+    # Spark's state reader asks the driver's state store coordinator, which
+    # only a session that has run (or looked at) a streaming query started:
+    # "Cannot find endpoint: ... StateStoreCoordinator".
+    spark.streams.active  # noqa: B018 (starts the streams manager)
