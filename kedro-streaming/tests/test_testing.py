@@ -2,7 +2,7 @@
 
 import json
 import re
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
@@ -44,12 +44,42 @@ def at(minute: int) -> datetime:
     return datetime(2024, 3, 1, 10) + timedelta(minutes=minute)
 
 
+def kept(state: list[dict]) -> dict[str, int]:
+    """A dedupe's state: each id and the microsecond its key expires at."""
+    assert {key for row in state for key in row} == {
+        "key.id",
+        "value.expiresAtMicros",
+        "partition_id",
+    }
+    return {row["key.id"]: row["value.expiresAtMicros"] for row in state}
+
+
+def expires(minute: int) -> int:
+    """When an id seen at ``minute`` leaves the state: 10 minutes later."""
+    moment = at(minute + 10).replace(tzinfo=timezone.utc)
+    return int(moment.timestamp()) * 1_000_000
+
+
 def test_each_stateful_operator_shows_its_state_and_what_a_step_removed(stream_test):
     dedupe = stream_test(unique_events, streams={"events": "id STRING, at TIMESTAMP"})
     # a twice in one batch, as a replayed message; then again in the next.
     first = dedupe.step(events=[("a", at(0)), ("a", at(0)), ("b", at(2))])
+    # The state itself, read from the checkpoint: each id until its event
+    # time plus the delay (its partition is Spark's hash: not compared).
+    assert kept(dedupe.state()) == {"a": expires(0), "b": expires(2)}
     # c moves the watermark to 10:20, past a's and b's 10 minutes: both go.
     second = dedupe.step(events=[("a", at(0)), ("c", at(30))])
+    assert kept(dedupe.state()) == {"c": expires(30)}
+    # What changed since the first step: c kept in the step's batch with
+    # data, a and b gone in the next, run for the watermark it moved.
+    data = second.progress[0]["batchId"]
+    since = dedupe.state(since=first.progress[-1]["batchId"])
+    assert sorted((c["batch_id"], c["change_type"], c["key.id"]) for c in since) == [
+        (data, "update", "c"),
+        (data + 1, "delete", "a"),
+        (data + 1, "delete", "b"),
+    ]
+    assert kept(dedupe.state(batch=0)) == {"a": expires(0), "b": expires(2)}
     # a once more, now behind the watermark: dropped as late, not emitted.
     third = dedupe.step(events=[("a", at(0))])
 

@@ -76,7 +76,7 @@ def state(  # noqa: PLR0913 (click passes each option)
             f"'{sink}' has no stateful operator {operator}: "
             f"{', '.join(str(o.id) for o in operators)}."
         )
-    if part is None and chosen.parts != (None,):
+    if part is None and chosen.parts != (None,) and not timers:
         part = chosen.parts[0]
         click.echo(
             f"({chosen.name} {chosen.id}: {part}; --part for the others)", err=True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -57,8 +58,12 @@ def state_operators(spark: SparkSession, checkpoint: str) -> list[StateOperator]
     found: dict[int, StateOperator] = {}
     for row in spark.read.format("state-metadata").load(checkpoint).collect():
         properties = json.loads(row.operatorProperties or "{}")
+        # Spark's own variables ($procTimers_..., $ttl_...): timers are read
+        # with `timers`, the rest is Spark's bookkeeping.
         variables = tuple(
-            v.get("stateName") for v in properties.get("stateVariables") or []
+            name
+            for v in properties.get("stateVariables") or []
+            if not (name := v.get("stateName", "")).startswith("$")
         )
         found.setdefault(
             row.operatorId,
@@ -93,12 +98,12 @@ def state_rows(  # noqa: PLR0913 (what to read: the operator, its part, when)
     registered timers instead of its values."""
     _coordinator(spark)
     reader = spark.read.format("statestore").option("operatorId", operator.id)
-    if operator.name == JOIN and part:
+    if timers:  # a processor's timers, apart from its variables
+        reader = reader.option("readRegisteredTimers", "true")
+    elif operator.name == JOIN and part:
         reader = reader.option("joinSide", part)
     elif part:
         reader = reader.option("stateVarName", part)
-    if timers:
-        reader = reader.option("readRegisteredTimers", "true")
     last = operator.last_batch if batch is None else batch
     if since is not None:
         reader = (
@@ -121,6 +126,26 @@ def state_rows(  # noqa: PLR0913 (what to read: the operator, its part, when)
         else:
             spark.conf.set(_PARTITIONS, previous)
     return flattened(frame)
+
+
+def state_records(
+    spark: SparkSession, checkpoint: str, operator: int = 0, **read: Any
+) -> list[dict[str, Any]]:
+    """``state_rows`` of operator id ``operator`` as dicts, sorted; ``read``:
+    ``state_rows``'s options (``part``, ``batch``, ``since``, ``timers``)."""
+    found = {o.id: o for o in state_operators(spark, checkpoint)}
+    if operator not in found:
+        raise ValueError(
+            f"{checkpoint} keeps no state of an operator {operator}: "
+            f"{sorted(found) or 'none'}"
+        )
+    chosen = found[operator]
+    part = read.pop("part", None)
+    if part is None and chosen.parts != (None,) and not read.get("timers"):
+        raise ValueError(f"{chosen.name} {operator}: give part, one of {chosen.parts}")
+    frame = state_rows(spark, checkpoint, chosen, part=part, **read)
+    rows = [row.asDict() for row in frame.collect()]
+    return sorted(rows, key=lambda row: [str(v) for v in row.values()])
 
 
 def flattened(frame: DataFrame) -> DataFrame:

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from kedro_streaming._connectors.streams import names_sources, source_name
+from kedro_streaming._observe.state_contents import state_records
 from kedro_streaming.testing._changes import ChangesTable
 from kedro_streaming.testing._inputs import as_frame, as_pipeline, check_names
 from kedro_streaming.testing._queries import SinkQuery
@@ -153,6 +154,16 @@ class StreamTest:
         self._build()
         for query in self._queries.values() if replay_last_batch else ():
             query.uncommit_last_batch()
+
+    def state(self, sink: str | None = None, **read: Any) -> list[dict[str, Any]]:
+        """What ``sink``'s query (the only one by default) keeps in its state
+        after the last step, read from its checkpoint as ``kedro streams
+        state`` reads it: one dict per key (``key.<field>``, ``value.<field>``,
+        ``partition_id``), sorted. ``read``: ``operator`` (0), ``part`` (a
+        join's side, a processor's variable), ``batch``, ``since`` (the
+        changes after that batch), ``timers``."""
+        name = sink or next(iter(self._queries))
+        return state_records(self._spark, str(self._queries[name].checkpoint), **read)
 
     def close(self) -> None:
         """Stops the queries; the ``stream_test`` fixture calls it after the test."""

@@ -55,6 +55,10 @@ class SinkQuery:
         self._query: StreamingQuery | None = None
         self._seen = -1  # the last batch a step took, of a query that runs on
 
+    @property
+    def checkpoint(self) -> Path:
+        return self._checkpoint
+
     def use(self, frame: DataFrame) -> None:
         """Runs ``frame`` from the next start on (built again by a restart)."""
         self._frame = frame
