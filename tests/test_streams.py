@@ -14,6 +14,7 @@ import os
 import re
 import time
 from collections import Counter
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from support.checkpoints import batch_ids, committed_files, read_table
@@ -200,6 +201,26 @@ def test_status_validate_and_reset_around_bounded_runs(fresh_project, project_bi
     assert (data / "01_raw/taxi_zone_lookup.csv").exists()
 
 
+def assert_state_as_logged(project_bin, project, logged: dict) -> None:
+    """`kedro streams state` reads the summary's state from its checkpoint:
+    as many keys as Spark's progress counted after the last batch, each a
+    1-hour window and a borough with its aggregates' buffers."""
+    sink = "hourly_borough_summary"
+    listed = streams(project_bin, project, "state", sink).stdout
+    assert re.search(
+        r"^operator 0: stateStoreSave, 2 partitions, batches 0 to \d+$", listed, re.M
+    )
+    lines = streams(project_bin, project, "state", sink, "--operator", "0", "--json")
+    state = [json.loads(line) for line in lines.stdout.splitlines()]
+    assert len(state) == logged["rows"]
+    for row in state:
+        start, end = (
+            datetime.fromisoformat(row[f"key.window.{edge}"])
+            for edge in ("start", "end")
+        )
+        assert end - start == timedelta(hours=1) and row["value.count"] > 0
+
+
 def assert_resumes_as_it_is(project_bin, project, queries, records) -> None:
     """Nothing changed since the runs: `validate` says each query resumes as
     it is, after its last batch."""
@@ -207,6 +228,8 @@ def assert_resumes_as_it_is(project_bin, project, queries, records) -> None:
     for query in queries:
         last = max(r["batch"] for r in records if r["query"] == query)
         assert f"query {query}: ok, resumes as it is after batch {last}\n" in validated
+    summary = [r for r in records if r["query"] == "hourly_borough_summary"]
+    assert_state_as_logged(project_bin, project, summary[-1]["state_operators"][0])
 
 
 def test_validate_names_each_broken_query_and_writes_nothing(

@@ -33,7 +33,7 @@ datasets, and its nodes may call ``check_expectations``:
   Confluent's wire format, for a project's producers and consumers.
 - ``check_kafka_connector``, ``check_delta_package``, ``delta_package_for``,
   ``local_scala_version``: what ``spark.yml``'s packages must be for a Spark.
-- ``kedro streams ...``: status, validate, reset, optimize, vacuum, and the
+- ``kedro streams ...``: status, validate, state, reset, optimize, vacuum, and the
   development services (broker, registry, cluster, connect, submit, send,
   watch; the ``dev`` extra, ``kedro_streaming.devtools``).
 

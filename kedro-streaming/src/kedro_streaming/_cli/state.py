@@ -4,6 +4,7 @@ its checkpoint (Spark's state data source), as a table or JSON lines."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import click
@@ -39,11 +40,25 @@ _SHOWN = 20
 @click.option("--limit", type=int, help=f"Rows at most (a table: {_SHOWN}).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines, not a table.")
 @click.pass_obj
-def state(  # noqa: PLR0913 (click passes each option)
-    metadata,
-    *,
+def state(metadata, *, sink: str, env: str | None, **options: Any) -> None:
+    """What SINK's query keeps in its state, from its checkpoint.
+
+    Without --operator: each stateful operator, its parts and batches. With
+    it: its rows by key at a batch, or (--since) what changed between two.
+    Reads only: the query may be running.
+    """
+    if options["as_json"]:  # stdout is the rows' alone: Kedro's own lines go
+        logging.disable(logging.INFO)
+    try:
+        _show(_checkpoint_of(metadata, env, sink), sink, **options)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _show(  # noqa: PLR0913 (the command's options)
+    checkpoint: str,
     sink: str,
-    env: str | None,
+    *,
     operator: int | None,
     part: str | None,
     batch: int | None,
@@ -53,13 +68,6 @@ def state(  # noqa: PLR0913 (click passes each option)
     limit: int | None,
     as_json: bool,
 ) -> None:
-    """What SINK's query keeps in its state, from its checkpoint.
-
-    Without --operator: each stateful operator, its parts and batches. With
-    it: its rows by key at a batch, or (--since) what changed between two.
-    Reads only: the query may be running.
-    """
-    checkpoint = _checkpoint_of(metadata, env, sink)
     spark = spark_session()
     operators = state_operators(spark, checkpoint)
     if not operators:
