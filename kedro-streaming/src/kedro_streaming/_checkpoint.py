@@ -51,6 +51,11 @@ class Checkpoint:
 
     def batches(self, folder: str) -> list[int]:
         """The batch ids of ``offsets`` or ``commits``, in order."""
+        return self._numbered(folder)
+
+    def _numbered(self, folder: str) -> list[int]:
+        """The numbers that name entries of ``folder`` (Spark's batches,
+        operators, partitions), in order; ``[]`` without the folder."""
         path = f"{self._root}/{folder}"
         if not self._fs.exists(path):
             return []
@@ -95,25 +100,11 @@ class Checkpoint:
 
     def state_operators(self) -> list[int]:
         """The ids of the stateful operators ``state/`` has a folder for."""
-        path = f"{self._root}/state"
-        if not self._fs.exists(path):
-            return []
-        names = [
-            entry.rstrip("/").rsplit("/", 1)[-1]
-            for entry in self._fs.ls(path, detail=False)
-        ]
-        return sorted(int(name) for name in names if name.isdigit())
+        return self._numbered("state")
 
     def state_partitions(self, operator: int = 0) -> int:
         """How many partitions the operator's state is split in (its folders)."""
-        path = f"{self._root}/state/{operator}"
-        if not self._fs.exists(path):
-            return 0
-        names = [
-            entry.rstrip("/").rsplit("/", 1)[-1]
-            for entry in self._fs.ls(path, detail=False)
-        ]
-        return sum(name.isdigit() for name in names)
+        return len(self._numbered(f"state/{operator}"))
 
     def record(self) -> dict[str, Any] | None:
         """The plugin's record of the query that last started here, if any."""

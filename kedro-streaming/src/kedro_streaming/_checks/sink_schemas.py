@@ -207,11 +207,7 @@ def _columns(schema: StructType) -> str:
 
 def recorded_operator_count(checkpoint: str) -> int:
     """How many stateful operators ``<checkpoint>/state`` has a folder for."""
-    fs, root = fsspec.core.url_to_fs(f"{checkpoint.rstrip('/')}/state")
-    if not fs.exists(root):
-        return 0
-    entries = fs.ls(root, detail=False)
-    return sum(entry.rstrip("/").rsplit("/", 1)[-1].isdigit() for entry in entries)
+    return len(Checkpoint(checkpoint).state_operators())
 
 
 def recorded_state_schemas(checkpoint: str) -> dict[int, tuple[StructType, StructType]]:
