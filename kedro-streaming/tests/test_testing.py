@@ -2,12 +2,14 @@
 
 import json
 import re
+import shutil
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
 from kedro.pipeline import Pipeline, node
 from kedro_streaming import debezium_changes
+from kedro_streaming._observe.state_contents import state_records
 from pyspark.sql import DataFrame
 
 
@@ -60,7 +62,9 @@ def expires(minute: int) -> int:
     return int(moment.timestamp()) * 1_000_000
 
 
-def test_each_stateful_operator_shows_its_state_and_what_a_step_removed(stream_test):
+def test_each_stateful_operator_shows_its_state_and_what_a_step_removed(
+    stream_test, spark, tmp_path
+):
     dedupe = stream_test(unique_events, streams={"events": "id STRING, at TIMESTAMP"})
     # a twice in one batch, as a replayed message; then again in the next.
     first = dedupe.step(events=[("a", at(0)), ("a", at(0)), ("b", at(2))])
@@ -80,6 +84,12 @@ def test_each_stateful_operator_shows_its_state_and_what_a_step_removed(stream_t
         (data + 1, "delete", "b"),
     ]
     assert kept(dedupe.state(batch=0)) == {"a": expires(0), "b": expires(2)}
+    # The same from a folder with a space and other letters (Spark's reader
+    # alone fails there: "No committed batch found").
+    moved = tmp_path / "My Streams" / "Données été"
+    query = next(iter(dedupe._queries.values()))  # noqa: SLF001 (its checkpoint)
+    shutil.copytree(query.checkpoint, moved)
+    assert state_records(spark, str(moved)) == dedupe.state()
     # a once more, now behind the watermark: dropped as late, not emitted.
     third = dedupe.step(events=[("a", at(0))])
 

@@ -16,6 +16,7 @@ from kedro_streaming._dataset import SparkStreamingDataset
 from kedro_streaming._observe.state_contents import (
     JOIN,
     StateOperator,
+    readable,
     state_operators,
     state_rows,
 )
@@ -89,9 +90,14 @@ def _show(  # noqa: PLR0913 (the command's options)
         click.echo(
             f"({chosen.name} {chosen.id}: {part}; --part for the others)", err=True
         )
-    rows = state_rows(
-        spark, checkpoint, chosen, part=part, batch=batch, since=since, timers=timers
-    )
+    with readable(checkpoint) as location:
+        rows = state_rows(
+            spark, location, chosen, part=part, batch=batch, since=since, timers=timers
+        )
+        _print(_where(rows, where), limit, as_json)
+
+
+def _where(rows: Any, where: str | None) -> Any:
     if where:
         try:
             with pyspark_error_logs_off():
@@ -101,7 +107,7 @@ def _show(  # noqa: PLR0913 (the command's options)
                 f"--where {where!r}: {headline(error)}. The columns: "
                 f"{', '.join(f'`{c}`' for c in rows.columns)}."
             ) from None
-    _print(rows, limit, as_json)
+    return rows
 
 
 def _checkpoint_of(metadata, env: str | None, sink: str) -> str:

@@ -7,7 +7,13 @@ Spark reads the files while the query runs or after; nothing is written.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +62,9 @@ def state_operators(spark: SparkSession, checkpoint: str) -> list[StateOperator]
     """The stateful operators whose state ``checkpoint`` keeps, by id."""
     _coordinator(spark)
     found: dict[int, StateOperator] = {}
-    for row in spark.read.format("state-metadata").load(checkpoint).collect():
+    with readable(checkpoint) as location:
+        rows = spark.read.format("state-metadata").load(location).collect()
+    for row in rows:
         properties = json.loads(row.operatorProperties or "{}")
         # Spark's own variables ($procTimers_..., $ttl_...): timers are read
         # with `timers`, the rest is Spark's bookkeeping.
@@ -89,7 +97,8 @@ def state_rows(  # noqa: PLR0913 (what to read: the operator, its part, when)
     since: int | None = None,
     timers: bool = False,
 ) -> DataFrame:
-    """The state of ``operator`` after ``batch`` (its last by default): one
+    """The state of ``operator`` after ``batch`` (its last by default), to
+    read within ``readable(checkpoint)``: one
     row per key, its ``key`` and ``value`` columns flattened (``key.borough``),
     and ``partition_id``. ``part``: a join's side or a processor's variable
     (see ``StateOperator.parts``). ``since``: what changed after that batch,
@@ -143,8 +152,9 @@ def state_records(
     part = read.pop("part", None)
     if part is None and chosen.parts != (None,) and not read.get("timers"):
         raise ValueError(f"{chosen.name} {operator}: give part, one of {chosen.parts}")
-    frame = state_rows(spark, checkpoint, chosen, part=part, **read)
-    rows = [row.asDict() for row in frame.collect()]
+    with readable(checkpoint) as location:
+        frame = state_rows(spark, location, chosen, part=part, **read)
+        rows = [row.asDict() for row in frame.collect()]
     return sorted(rows, key=lambda row: [str(v) for v in row.values()])
 
 
@@ -186,6 +196,33 @@ def _unique(names: list[str]) -> list[str]:
         seen[name] = seen.get(name, 0) + 1
         unique.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
     return unique
+
+
+@contextlib.contextmanager
+def readable(checkpoint: str) -> Iterator[str]:
+    """``checkpoint`` as Spark's state reader can open it while the context
+    lasts: Spark 4.2.0's escapes a local path's spaces and other letters
+    once more than it reads them ("No committed batch found" in
+    ``My%2520Streams``), so such a folder is read through a link whose path
+    has none."""
+    if "://" in checkpoint.removeprefix("file://"):  # another file system's
+        yield checkpoint
+        return
+    # A relative path is the working folder's, whose path counts too.
+    local = os.path.abspath(checkpoint.removeprefix("file://"))
+    if _PLAIN.fullmatch(local):
+        yield local
+        return
+    folder = tempfile.mkdtemp(prefix="kedro-streaming-state-")
+    try:
+        os.symlink(local, os.path.join(folder, "checkpoint"))
+        yield os.path.join(folder, "checkpoint")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# What a path may hold for Spark's state reader to open it as it is.
+_PLAIN = re.compile(r"[A-Za-z0-9_./+-]*")
 
 
 def _coordinator(spark: SparkSession) -> None:
