@@ -215,17 +215,14 @@ def recorded_state_schemas(checkpoint: str) -> dict[int, tuple[StructType, Struc
     in ``<checkpoint>/state/<id>/0/_metadata/schema`` (``writeUTF`` strings:
     the version, then key and value JSON, in ``v2`` each as counted chunks)."""
     fs, root = fsspec.core.url_to_fs(f"{checkpoint.rstrip('/')}/state")
-    if not fs.exists(root):
-        return {}
     found = {}
-    for entry in fs.ls(root, detail=False):
-        operator = entry.rstrip("/").rsplit("/", 1)[-1]
-        schema_file = f"{entry.rstrip('/')}/0/_metadata/schema"
-        if not operator.isdigit() or not fs.exists(schema_file):
+    for operator in Checkpoint(checkpoint).state_operators():
+        schema_file = f"{root}/{operator}/0/_metadata/schema"
+        if not fs.exists(schema_file):
             continue
         parsed = _schema_file(fs.cat_file(schema_file))
         if parsed is not None:
-            found[int(operator)] = parsed
+            found[operator] = parsed
     return found
 
 
