@@ -12,8 +12,10 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -105,6 +107,38 @@ class Checkpoint:
     def state_partitions(self, operator: int = 0) -> int:
         """How many partitions the operator's state is split in (its folders)."""
         return len(self._numbered(f"state/{operator}"))
+
+    def query_id(self) -> str | None:
+        """The query's id (``metadata``): the same through its restarts."""
+        path = f"{self._root}/metadata"
+        if not self._fs.exists(path):
+            return None
+        return _json(self._fs.cat_file(path).decode().strip()).get("id")
+
+    def text(self, relative: str) -> str:
+        """The text of one of its files (``offsets/3``, ``commits/2``)."""
+        return self._fs.cat_file(f"{self._root}/{relative}").decode()
+
+    def files(self, relative: str) -> list[str]:
+        """The files under one of its folders, relative to that folder; ``[]``
+        without it."""
+        path = f"{self._root}/{relative}".rstrip("/")
+        if not self._fs.exists(path):
+            return []
+        return sorted(
+            found.removeprefix(path).lstrip("/")
+            for found in self._fs.find(path)
+            if not found.rsplit("/", 1)[-1].startswith(".")  # Hadoop's .crc files
+        )
+
+    def copy(self, relative: str, to: Path, keep: Callable[[str], bool]) -> int:
+        """Copies the files under ``relative`` that ``keep`` takes (by their
+        path under it) into the local folder ``to``; how many."""
+        kept = [name for name in self.files(relative) if keep(name)]
+        for name in kept:
+            (to / name).parent.mkdir(parents=True, exist_ok=True)
+            self._fs.get_file(f"{self._root}/{relative}/{name}", str(to / name))
+        return len(kept)
 
     def record(self) -> dict[str, Any] | None:
         """The plugin's record of the query that last started here, if any."""

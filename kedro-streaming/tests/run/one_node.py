@@ -10,11 +10,17 @@ from kedro_streaming._checks.spec import RunSpec
 from kedro_streaming._run.hooks import StreamingQueryHooks
 
 
-def catalog_of(
-    tmp_path, schema: str, *, sources=("in",), out="out", **save_args
+def catalog_of(  # noqa: PLR0913 (the entries' parts)
+    tmp_path,
+    schema: str,
+    *,
+    sources=("in",),
+    out="out",
+    out_format="parquet",
+    **save_args,
 ) -> DataCatalog:
     """JSON landing folders (`in` by default) and a parquet sink `out` (in
-    the folder ``out``, with ``save_args``), as a new run's."""
+    the folder ``out``, with ``save_args``; ``out_format``), as a new run's."""
     entries = {
         source: {
             "type": "kedro_streaming.SparkStreamingDataset",
@@ -27,7 +33,7 @@ def catalog_of(
     entries["out"] = {
         "type": "kedro_streaming.SparkStreamingDataset",
         "filepath": str(tmp_path / out),
-        "file_format": "parquet",
+        "file_format": out_format,
         "save_args": {"checkpoint": str(tmp_path / "checkpoint"), **save_args},
     }
     return DataCatalog.from_config(entries)

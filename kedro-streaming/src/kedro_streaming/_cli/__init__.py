@@ -21,6 +21,7 @@ COMMANDS = {
     "validate": "kedro_streaming._cli.validate:validate",
     "reset": "kedro_streaming._cli.sinks:reset",
     "state": "kedro_streaming._cli.state:state",
+    "capture": "kedro_streaming._cli.capture:capture",
     "optimize": "kedro_streaming._cli.sinks:optimize",
     "vacuum": "kedro_streaming._cli.sinks:vacuum",
     "broker": "kedro_streaming.devtools.cli_broker:broker_group",

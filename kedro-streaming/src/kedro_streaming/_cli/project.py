@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 import click
 from kedro.framework.cli.utils import split_string
 from kedro.framework.project import pipelines as registered_pipelines
@@ -50,3 +52,23 @@ def _open(
 def queried(run: RunSpec) -> dict[str, SparkStreamingDataset]:
     """The streaming sinks of the run that have a checkpoint: one query each."""
     return {name: sink for name, sink in run.sinks.items() if sink.checkpoint}
+
+
+def streaming_sink(run: RunSpec, sink: str) -> SparkStreamingDataset:
+    """The catalog's streaming sink ``sink`` that has a checkpoint; else the
+    closest such name and all of them, in one line."""
+    dataset = run.catalog[sink] if sink in run.catalog else None
+    if isinstance(dataset, SparkStreamingDataset) and dataset.checkpoint:
+        return dataset
+    sinks = [
+        name
+        for name in run.catalog.keys()
+        if isinstance(entry := run.catalog[name], SparkStreamingDataset)
+        and entry.checkpoint
+    ]
+    close = difflib.get_close_matches(sink, sinks, n=1)
+    raise click.ClickException(
+        f"'{sink}' is not a streaming sink with a checkpoint in the catalog"
+        + (f": did you mean '{close[0]}'?" if close else ".")
+        + f" Those are: {', '.join(sorted(sinks)) or 'none'}."
+    )

@@ -3,7 +3,6 @@ its checkpoint (Spark's state data source), as a table or JSON lines."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 from typing import Any
@@ -12,8 +11,7 @@ import click
 from kedro.framework.cli.utils import env_option
 from pyspark.errors import AnalysisException
 
-from kedro_streaming._cli.project import _open
-from kedro_streaming._dataset import SparkStreamingDataset
+from kedro_streaming._cli.project import _open, streaming_sink
 from kedro_streaming._observe.state_contents import (
     JOIN,
     StateOperator,
@@ -112,22 +110,7 @@ def _where(rows: Any, where: str | None) -> Any:
 
 
 def _checkpoint_of(metadata, env: str | None, sink: str) -> str:
-    run = _open(metadata, env, [])
-    dataset = run.catalog[sink] if sink in run.catalog else None
-    if not isinstance(dataset, SparkStreamingDataset) or not dataset.checkpoint:
-        sinks = [
-            name
-            for name in run.catalog.keys()
-            if isinstance(entry := run.catalog[name], SparkStreamingDataset)
-            and entry.checkpoint
-        ]
-        close = difflib.get_close_matches(sink, sinks, n=1)
-        raise click.ClickException(
-            f"'{sink}' is not a streaming sink with a checkpoint in the catalog"
-            + (f": did you mean '{close[0]}'?" if close else ".")
-            + f" Those are: {', '.join(sorted(sinks)) or 'none'}."
-        )
-    return dataset.checkpoint
+    return streaming_sink(_open(metadata, env, []), sink).checkpoint
 
 
 def _describe(operator: StateOperator) -> str:

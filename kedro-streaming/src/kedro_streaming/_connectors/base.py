@@ -163,6 +163,13 @@ class Connector:
         """What ``kedro streams reset`` leaves of a sink without a folder."""
         return ""
 
+    def batch_output(
+        self, spark: SparkSession, entry: Entry, query_id: str, batch: int
+    ) -> DataFrame | None:
+        """The rows a sink's query wrote in ``batch`` (the query ``query_id``),
+        read back; ``None`` where the sink does not say which are those."""
+        return None
+
     def unread(self, entry: Entry, committed: list[dict]) -> str | None:
         """What the source holds past ``committed``; raises ``LagUnknown``."""
         return None

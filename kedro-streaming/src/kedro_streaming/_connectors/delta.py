@@ -132,6 +132,22 @@ class Delta(Connector):
     def holds_data(self, entry: Entry) -> bool:
         return bool(entry.path) and table_version(entry.path) is not None
 
+    def batch_output(
+        self, spark: SparkSession, entry: Entry, query_id: str, batch: int
+    ) -> DataFrame | None:
+        if entry.sink.changes is not None or entry.sink.merge_on or not entry.path:
+            return None  # upserts: a version holds more than the batch's rows
+        version = batch_version(entry.path, query_id, batch)
+        if version is None:
+            return None
+        table = spark.read.format(DELTA_FORMAT)
+        after = table.option("versionAsOf", version).load(entry.path)
+        if version == 0:
+            return after
+        return after.exceptAll(
+            table.option("versionAsOf", version - 1).load(entry.path)
+        )
+
     def sink_figures(self, entry: Entry) -> list[str]:
         version = table_version(entry.path)
         return ["no Delta table yet" if version is None else f"Delta version {version}"]
@@ -301,6 +317,26 @@ def table_version(path: str) -> int | None:
         if name.endswith(".json") and name.rsplit("/", 1)[-1].split(".")[0].isdigit()
     ]
     return max(versions) if versions else None
+
+
+def batch_version(path: str, query_id: str, batch: int) -> int | None:
+    """The table version in which query ``query_id`` wrote ``batch``: Delta's
+    streaming sink commits each batch with a ``txn`` of the query's id and
+    the batch's; ``None`` if the log no longer has its commit."""
+    fs, root = fsspec.core.url_to_fs(path)
+    newest = table_version(path)
+    for version in range(newest if newest is not None else -1, -1, -1):
+        commit = f"{root}/_delta_log/{version:020d}.json"
+        if not fs.exists(commit):
+            return None  # older commits cleaned up (log retention)
+        for line in fs.cat_file(commit).decode().splitlines():
+            txn = json.loads(line).get("txn") if line.strip() else None
+            if txn and txn.get("appId") == query_id:
+                if txn.get("version") == batch:
+                    return version
+                if txn.get("version", batch) < batch:
+                    return None  # the query's earlier batches: not written
+    return None
 
 
 def optimize(spark: SparkSession, path: str) -> dict[str, Any]:

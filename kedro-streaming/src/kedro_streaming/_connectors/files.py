@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING
 import fsspec
 
 from kedro_streaming._connectors.base import Connector, Entry, RunEntries
+from kedro_streaming._connectors.file_sink_log import files_written
 from kedro_streaming.problems import Problem, closest
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
     from kedro_streaming._connectors.options import OptionNames
 
 FILE_FORMATS = ("parquet", "json", "csv", "orc", "text", "avro")
@@ -226,6 +229,19 @@ class Files(Connector):
             return False
         fs, root = fsspec.core.url_to_fs(entry.path)
         return fs.exists(root)
+
+    def batch_output(
+        self, spark: SparkSession, entry: Entry, query_id: str, batch: int
+    ) -> DataFrame | None:
+        files = files_written(entry.path, batch) if entry.path else None
+        if files is None:
+            return None
+        reader = spark.read.format(self.file_format).options(**entry.load_options)
+        if entry.schema is not None:
+            reader = reader.schema(entry.schema)
+        # The folder as the base: partition columns come from the files' paths.
+        reader = reader.option("basePath", entry.path)
+        return reader.load(files) if files else reader.load(entry.path).limit(0)
 
     def problems(self, run: RunEntries) -> list[str]:
         return (

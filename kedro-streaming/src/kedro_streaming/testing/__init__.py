@@ -22,11 +22,12 @@ from pyspark.sql.types import StructType
 from kedro_streaming._connectors.streams import names_sources, source_name
 from kedro_streaming._observe.state_contents import state_records
 from kedro_streaming.testing._changes import ChangesTable
+from kedro_streaming.testing._incident import Incident
 from kedro_streaming.testing._inputs import as_frame, as_pipeline, check_names
 from kedro_streaming.testing._queries import SinkQuery
 from kedro_streaming.testing._steps import Step
 
-__all__ = ["Step", "StreamTest"]
+__all__ = ["Incident", "Step", "StreamTest"]
 
 
 class StreamTest:
@@ -130,6 +131,21 @@ class StreamTest:
         began = int(time.time() * 1000) / 1000  # as Spark's reports: in ms
         for name, rows in batches.items():
             self._land(name, rows)
+        return self._run_step(landed, began)
+
+    def _step_files(self, files: Mapping[str, list[Path]]) -> dict[str, Step]:
+        """``step`` fed parquet files of the inputs' schemas (copied), not rows."""
+        began = int(time.time() * 1000) / 1000
+        landed = {}
+        for name, paths in files.items():
+            for number, path in enumerate(paths):
+                target = self._folder(name) / f"{self._steps:06d}-{number:04d}.parquet"
+                shutil.copyfile(path, target)
+            rows = self._spark.read.parquet(*map(str, paths)).count() if paths else 0
+            landed[str(self._folder(name))] = rows
+        return self._run_step(landed, began)
+
+    def _run_step(self, landed: dict[str, int], began: float) -> Any:
         self._steps += 1
         for query in self._queries.values():  # all at once, as in a run
             query.start()
