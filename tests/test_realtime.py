@@ -126,6 +126,39 @@ def assert_dedupe_keeps_each_trip_once(project_bin, project, by_offset, trips_to
     print(f"dedupe: {copies} messages, {len(kept)} trips kept")
 
 
+def assert_a_batch_captured_replays_as_a_test(project_bin, project, secrets):
+    """`kedro streams capture` takes the dedupe's last batch that read
+    messages (Spark reads its Kafka offsets again, over TLS and SASL) into a
+    test of the project, which replays it through the node as it ran."""
+    read = [
+        r
+        for r in progress_records(project, "data/kafka")
+        if r["query"] == "unique_trips" and r["input_rows"]
+    ]
+    batch, rows = read[-1]["batch"], read[-1]["input_rows"]
+    captured = streams(
+        project_bin,
+        project,
+        *("capture", "unique_trips", "--env", "kafka", "--batch", str(batch)),
+    )
+    said = " ".join(captured.stdout.split())
+    assert f"checked_trip_messages: {rows} rows, as batch {batch} read them" in said
+    written = sum(r["rows_written"] for r in read if r["batch"] == batch)
+    assert (
+        f"written: {written} rows, as the sink holds them; the replay writes "
+        f"the same {written} rows"
+    ) in said, captured.stdout
+    incidents = project / "tests" / "incidents"
+    assert files_holding([incidents], secrets) == []
+    replayed = run(
+        [project_bin / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        + [str(incidents / f"test_unique_trips_batch_{batch}.py")],
+        cwd=project,
+    )
+    assert "1 passed" in replayed.stdout, replayed.output[-3000:]
+    print(f"capture: batch {batch} of unique_trips, {rows} messages, {written} rows")
+
+
 def until(condition, log, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -248,6 +281,7 @@ def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(  # noqa: P
     print(f"SIGKILL: {len(twice)} messages written twice (from offset {replay_from})")
 
     assert_dedupe_keeps_each_trip_once(project_bin, project, by_offset, trips_topic)
+    assert_a_batch_captured_replays_as_a_test(project_bin, project, secrets)
 
     status = streams(
         project_bin, project, "status", "--env", "kafka", "--pipelines", "realtime"

@@ -36,6 +36,7 @@ PUBLIC = {
         or inspect.isfunction(getattr(kedro_streaming, name))
     },
     "testing.StreamTest": testing.StreamTest,
+    "testing.Incident": testing.Incident,
 }
 DATASETS = sorted(
     name
@@ -54,6 +55,7 @@ COMPILE_ONLY = {
     "SparkHooks": "registered in a Kedro project's settings.py",
     "StreamingQueryHooks": "registered in a Kedro project's settings.py",
     "StreamingQueryFailed": "raised by a Kedro run whose streaming query fails",
+    "testing.Incident": "replays a batch `kedro streams capture` took from a project",
 }
 # Names whose docstring has no example yet, and why; each test of theirs is
 # expected to fail until it has one (then take the name out).
