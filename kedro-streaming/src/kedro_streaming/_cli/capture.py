@@ -76,6 +76,10 @@ def capture(metadata, *, sink: str, env: str | None, batch: int | None, folder):
         )
     except CaptureError as error:
         raise click.ClickException(str(error)) from None
+    except Exception as error:  # Spark's, reading the checkpoint or a source
+        raise click.ClickException(
+            f"Capturing '{sink}' failed: {headline(error)}"
+        ) from error
     batch = Incident(folder).batch
     test = write_test(metadata, folder, sink, batch, name)
     click.echo(f"Captured batch {batch} of '{sink}' into {folder}:")

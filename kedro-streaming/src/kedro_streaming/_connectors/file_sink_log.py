@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import json
+import urllib.parse
 
 import fsspec
 
@@ -53,8 +54,9 @@ def _files_through(fs, log: str, names: set[str], batch: int) -> list[str] | Non
 
 def _entries(fs, path: str) -> list[str]:
     lines = fs.cat_file(path).decode().splitlines()[1:]  # after "v1"
+    # The log keeps URIs (``My%20Streams``): Spark would escape them again.
     return [
-        entry["path"]
+        urllib.parse.unquote(entry["path"])
         for entry in map(json.loads, filter(None, lines))
         if entry.get("action", "add") == "add"
     ]
