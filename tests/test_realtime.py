@@ -42,7 +42,7 @@ from support.kafka import (
 )
 from support.metrics import progress_records
 from support.processes import crash, start_kedro
-from support.project import bundled_lines
+from support.project import USER_FOLDER, bundled_lines
 from support.security import (
     assert_serves_no_secret,
     files_holding,
@@ -208,7 +208,8 @@ def test_realtime_checks_each_trip_and_loses_nothing_through_sigkill(  # noqa: P
         EVENT_HUBS_PASSWORD,
         (broker_log_on_failure.tls_dir / "store-password").read_text(),
     )
-    project = tmp_path / "project"
+    project = tmp_path / USER_FOLDER / "project"
+    project.parent.mkdir(parents=True)
     run(["cp", "-a", str(generated_project), str(project)], cwd=tmp_path)
     trips_topic, _ = point_at_broker(project, secured)
     kafka = yaml.safe_load((project / "conf/kafka/globals.yml").read_text())["kafka"]
