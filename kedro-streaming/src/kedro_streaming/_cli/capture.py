@@ -33,9 +33,9 @@ from kedro_streaming._observe.capture import (
     state_before,
 )
 from kedro_streaming._session.session import spark_session
-from kedro_streaming._spark import headline
+from kedro_streaming._spark import headline, jvm_of
 from kedro_streaming.testing import Incident
-from kedro_streaming.testing._incident import FORMAT
+from kedro_streaming.testing._incident import FORMAT, differing_columns
 from kedro_streaming.testing._steps import sort_key
 
 
@@ -171,6 +171,12 @@ def _take(  # noqa: PLR0913 (what a capture reads and writes)
 ) -> list[str]:
     """Writes the incident's folder at ``stage``; its lines to show."""
     spark = spark_session()
+    if jvm_of(spark) is None:
+        raise CaptureError(
+            "over Spark Connect the server runs the capture's code, out of "
+            "its reach: capture with an environment whose Spark runs here "
+            "(the same checkpoint, e.g. without --env connect)"
+        )
     dataset = catalog[sink]
     data = {each: catalog.load(each) for each in sorted(pipeline.inputs())}
     streams = sorted(
@@ -211,6 +217,7 @@ def _take(  # noqa: PLR0913 (what a capture reads and writes)
         "written": {"schema": frame.schema.jsonValue()},
     }
     (stage / INCIDENT).write_text(json.dumps(record, indent=1), encoding="utf-8")
+    not_compared: list[str] = []
     lines += _written(
         spark,
         dataset,
@@ -219,8 +226,9 @@ def _take(  # noqa: PLR0913 (what a capture reads and writes)
         frame=frame,
         stage=stage,
         pipeline=pipeline,
+        not_compared=not_compared,
     )
-    record["written"]["from"] = lines[-1]
+    record["written"].update(said=lines[-1], not_compared=not_compared)
     (stage / INCIDENT).write_text(json.dumps(record, indent=1), encoding="utf-8")
     return lines
 
@@ -261,9 +269,11 @@ def _written(  # noqa: PLR0913 (what the batch wrote, and where it is read from)
     frame: DataFrame,
     stage: Path,
     pipeline: Pipeline,
+    not_compared: list[str],
 ) -> list[str]:
     """Writes what the batch wrote (``written.json``), replays the batch once
-    and says how the two compare."""
+    and says how the two compare; the columns the replay cannot give as the
+    batch did go to ``not_compared``."""
     committed = batch in checkpoint.batches("commits")
     query_id = checkpoint.query_id() or ""
     sink = dataset.connector.batch_output(spark, dataset, query_id, batch)
@@ -283,14 +293,18 @@ def _written(  # noqa: PLR0913 (what the batch wrote, and where it is read from)
         return [f"written: {len(replayed)} rows, as the replay writes them ({why})"]
     rows = sorted(sink.select(*columns).collect(), key=sort_key)
     _write_json(sink.select(*columns), stage / WRITTEN)
-    same = [tuple(r) for r in rows] == [tuple(r) for r in replayed]
-    verdict = (
-        f"the replay writes the same {len(replayed)} rows"
-        if same
-        else f"the replay writes {len(replayed)} rows that differ (the nodes "
-        "changed since, or they are not deterministic)"
-    )
-    return [f"written: {len(rows)} rows, as the sink holds them; {verdict}"]
+    said = f"written: {len(rows)} rows, as the sink holds them; the replay writes"
+    apart = differing_columns(rows, replayed, columns)
+    if apart is None:
+        return [f"{said} {len(replayed)} rows that differ (the nodes changed since)"]
+    if apart:
+        not_compared.extend(apart)
+        return [
+            f"{said} the same {len(rows)} rows but for {', '.join(apart)}, which "
+            "it gives other values (a path of the file it reads, a clock): "
+            "not compared"
+        ]
+    return [f"{said} the same {len(replayed)} rows"]
 
 
 def _write_json(frame: DataFrame, path: Path) -> None:

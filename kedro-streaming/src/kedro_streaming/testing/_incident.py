@@ -68,8 +68,8 @@ class Incident:
         if not path.exists():
             return None
         schema = StructType.fromJson(self.record["written"]["schema"])
-        rows = spark.read.schema(schema).json(str(path)).collect()
-        return sorted(rows, key=sort_key)
+        rows = spark.read.schema(schema).json(str(path))
+        return sorted(rows.drop(*self._not_compared).collect(), key=sort_key)
 
     def replay(
         self, spark: SparkSession, pipeline: Pipeline, *, workdir: str | Path
@@ -118,7 +118,14 @@ class Incident:
         finally:
             test.close()
         self._check_ran_as_captured(step, Checkpoint(str(checkpoint)))
-        return replace(step, rows=step.batches[0], batches=step.batches[:1])
+        rows = [_without(row, self._not_compared) for row in step.batches[0]]
+        return replace(step, rows=sorted(rows, key=sort_key), batches=step.batches[:1])
+
+    @property
+    def _not_compared(self) -> list[str]:
+        """Columns the replay gives other values than the batch did (a path
+        of the file it reads, a clock), found at capture: left out of both."""
+        return self.record["written"].get("not_compared", [])
 
     def _check_ran_as_captured(self, step: Step, checkpoint: Checkpoint) -> None:
         ran = [report["batchId"] for report in step.progress]
@@ -132,6 +139,49 @@ class Incident:
                 f"The replay's watermark was {watermark} ms, the batch's "
                 f"{self.record['watermark_ms']} ms"
             )
+
+
+def differing_columns(
+    written: list[Row], replayed: list[Row], columns: list[str]
+) -> list[str] | None:
+    """The columns whose values differ between two sets of rows of the same
+    columns, if the rows are the same without them; ``None`` if not even so.
+
+    Example:
+        >>> from pyspark.sql import Row
+        >>> differing_columns([Row(1, "a")], [Row(1, "b")], ["n", "path"])
+        ['path']
+        >>> differing_columns([Row(1, "a")], [Row(2, "b")], ["n", "path"]) is None
+        True
+    """
+    if len(written) != len(replayed):
+        return None
+    apart = [
+        name
+        for index, name in enumerate(columns)
+        if sorted((r[index] for r in written), key=sort_key)
+        != sorted((r[index] for r in replayed), key=sort_key)
+    ]
+    if len(apart) == len(columns) and columns:
+        return None
+
+    def kept(rows: list[Row]) -> list[tuple]:
+        return sorted(
+            (
+                tuple(v for v, c in zip(r, columns, strict=True) if c not in apart)
+                for r in rows
+            ),
+            key=sort_key,
+        )
+
+    return apart if kept(written) == kept(replayed) else None
+
+
+def _without(row: Row, columns: list[str]) -> Row:
+    if not columns:
+        return row
+    fields = {k: v for k, v in row.asDict(recursive=False).items() if k not in columns}
+    return Row(**fields)
 
 
 @contextlib.contextmanager
