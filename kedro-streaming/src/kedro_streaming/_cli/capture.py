@@ -29,6 +29,7 @@ from kedro_streaming._observe.capture import (
     WRITTEN,
     CaptureError,
     read_input,
+    source_offsets,
     source_order,
     state_before,
 )
@@ -195,8 +196,17 @@ def _take(  # noqa: PLR0913 (what a capture reads and writes)
         rows = read_input(
             checkpoint, batch, position, data[source], stage / INPUTS / source
         )
-        sources[source] = {"schema": data[source].schema.jsonValue(), "rows": rows}
-        lines.append(f"{source}: {rows} rows, as batch {batch} read them")
+        start, end = source_offsets(checkpoint, batch, position)
+        sources[source] = {
+            "schema": data[source].schema.jsonValue(),
+            "rows": rows,
+            "offsets": {"start": start, "end": end},
+        }
+        read = catalog[source].connector.offset_range(start, end)
+        lines.append(
+            f"{source}: {rows} rows, as batch {batch} read them"
+            + (f" ({read})" if read else "")
+        )
     static, values = _static(data, set(pipeline.inputs()) - set(streams), stage, lines)
     files = state_before(checkpoint, batch, len(order), stage / CHECKPOINT)
     lines.append(f"its state before batch {batch}: {files} files")

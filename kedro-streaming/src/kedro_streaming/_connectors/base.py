@@ -170,6 +170,11 @@ class Connector:
         read back; ``None`` where the sink does not say which are those."""
         return None
 
+    def offset_range(self, start: Any, end: Any) -> str | None:
+        """A batch's offsets of the source (Spark's, from its checkpoint), in a
+        few words, where they say more than a count of rows."""
+        return None
+
     def unread(self, entry: Entry, committed: list[dict]) -> str | None:
         """What the source holds past ``committed``; raises ``LagUnknown``."""
         return None

@@ -11,6 +11,7 @@ sources: the replay's query resumes there, with the batch's watermark.
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -84,6 +85,27 @@ def offsets_lines(checkpoint: Checkpoint, batch: int) -> tuple[list[str], list[s
             "which capture does not read yet"
         )
     return lines[:2], lines[2:]
+
+
+def source_offsets(
+    checkpoint: Checkpoint, batch: int, position: int
+) -> tuple[Any, Any]:
+    """Source number ``position``'s offsets before batch ``batch`` and after
+    it, as Spark logged them (before batch 0: its initial ones, if kept)."""
+    end = _json(offsets_lines(checkpoint, batch)[1][position])
+    if batch > 0:
+        return _json(offsets_lines(checkpoint, batch - 1)[1][position]), end
+    initial = checkpoint.files(f"sources/{position}")
+    if "0" not in initial:
+        return None, end
+    return _json(checkpoint.text(f"sources/{position}/0").splitlines()[-1]), end
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def read_input(  # noqa: PLR0913 (the source, its place and the batch)

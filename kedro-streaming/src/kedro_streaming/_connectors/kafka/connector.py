@@ -137,6 +137,9 @@ class Kafka(Connector):
             "after what it holds."
         )
 
+    def offset_range(self, start: Any, end: Any) -> str | None:
+        return kafka_offset_range(start, end)
+
     def unread(self, entry: Entry, committed: list[dict]) -> str | None:
         return unread_messages(entry, committed)
 
@@ -216,6 +219,27 @@ def _per_topic_problem(data: DataFrame, value_type: StructType) -> str | None:
             f"{', '.join(plain)} is not a struct"
         )
     return None
+
+
+def kafka_offset_range(start: Any, end: Any) -> str | None:
+    """A batch's Kafka offsets, per topic and partition, first to last read.
+
+    Example:
+        >>> kafka_offset_range({"trips": {"0": 100}}, {"trips": {"0": 220, "1": 5}})
+        'trips[0] offsets 100 to 219, trips[1] offsets 0 to 4'
+    """
+    if not isinstance(end, dict):
+        return None
+    start = start if isinstance(start, dict) else {}
+    ranges = []
+    for topic, partitions in sorted(end.items()):
+        for partition, last in sorted(partitions.items(), key=lambda p: int(p[0])):
+            first = int(start.get(topic, {}).get(partition, 0))
+            if int(last) > first:
+                ranges.append(
+                    f"{topic}[{partition}] offsets {first} to {int(last) - 1}"
+                )
+    return ", ".join(ranges) or "no message"
 
 
 def kafka_lag(source: dict[str, Any]) -> dict[str, dict[str, int]] | None:
