@@ -85,9 +85,20 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
         for problem in problems:
             click.echo("- " + problem.replace("\n", "\n  "), err=True)
         raise click.ClickException(
-            f"{len(problems)} problem(s): fix them before `kedro run`."
+            f"{_count(problems)} problem(s): fix them before `kedro run`."
         )
     click.echo("All streaming queries can start.")
+
+
+def _count(problems: list[str]) -> int:
+    """The problems said, one per bullet: a check that found several lists
+    them under its heading (``\n  - ``).
+
+    Example:
+        >>> _count(["one", "Options in conf/:\n  - 'a' bad\n  - 'b' bad"])
+        3
+    """
+    return sum(max(1, problem.count("\n  - ")) for problem in problems)
 
 
 def _datasets_of(run: RunSpec, sink: str) -> list[str]:
