@@ -18,7 +18,7 @@ from kedro.pipeline import Pipeline
 from pyspark.sql import DataFrame
 
 from kedro_streaming._checkpoint import Checkpoint
-from kedro_streaming._cli.incident_test import write_test
+from kedro_streaming._cli.incident_module import write_test
 from kedro_streaming._cli.project import _open, streaming_sink
 from kedro_streaming._dataset import SparkStreamingDataset
 from kedro_streaming._observe.capture import (
