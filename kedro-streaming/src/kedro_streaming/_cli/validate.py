@@ -91,7 +91,7 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
 
 
 def _count(problems: list[str]) -> int:
-    """The problems said, one per bullet: a check that found several lists
+    r"""The problems said, one per bullet: a check that found several lists
     them under its heading (``\n  - ``).
 
     Example:
