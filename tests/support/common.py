@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -146,15 +147,33 @@ def free_port() -> int:
 
     The kernel may give a port just released again: two calls in a row once
     returned the same one, and a run's Spark UI took its metrics port (CI).
+    Chosen below the ports of outgoing connections: one of those (what
+    binding port 0 gives) was once taken by a client's connection before
+    the schema registry bound it (CI rehearsal).
     """
     with _ports_of_the_run() as handed_out:
         while True:
+            port = random.randrange(20_000, _EPHEMERAL_START)
+            if port in handed_out:
+                continue
             with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            if port not in handed_out:
-                handed_out.add(port)
-                return port
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue  # taken
+            handed_out.add(port)
+            return port
+
+
+def _ephemeral_start() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return max(int(text.split()[0]), 21_000)
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+_EPHEMERAL_START = _ephemeral_start()
 
 
 @contextlib.contextmanager

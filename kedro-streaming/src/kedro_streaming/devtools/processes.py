@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,17 +32,42 @@ def port_is_free(port: int, host: str = HOST) -> bool:
 
 
 def free_ports(count: int, host: str = HOST) -> list[int]:
-    """``count`` distinct free ports (each socket held until all are chosen;
-    another process may still take one before it is bound)."""
+    """``count`` distinct free ports (each socket held until all are chosen),
+    below the range the system gives outgoing connections their ports from:
+    a port from there (what binding port 0 gives) can be taken by any
+    client's connection before the service binds it."""
+    below = _ephemeral_ports_start()
+    candidates = list(range(_LOWEST, below))
+    random.shuffle(candidates)
     with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
+        ports: list[int] = []
+        for port in candidates:
             sock = stack.enter_context(
                 socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             )
-            sock.bind((host, 0))
-            ports.append(sock.getsockname()[1])
-        return ports
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue  # taken
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+        raise ProcessError(f"no {count} free ports from {_LOWEST} to {below - 1}")
+
+
+# Ports below it are left to services listening on a fixed one (the
+# defaults, a user's own).
+_LOWEST = 20_000
+
+
+def _ephemeral_ports_start() -> int:
+    """Where the ports of outgoing connections begin (Linux's setting;
+    32768, its default, elsewhere)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return max(int(text.split()[0]), _LOWEST + 1000)
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 # The ports the project's services take unless told otherwise: a second
