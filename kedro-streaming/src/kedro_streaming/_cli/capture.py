@@ -28,6 +28,7 @@ from kedro_streaming._observe.capture import (
     STATIC,
     WRITTEN,
     CaptureError,
+    offsets_lines,
     read_input,
     source_offsets,
     source_order,
@@ -146,7 +147,7 @@ def _batch(checkpoint: Checkpoint, sink: str, batch: int | None) -> int:
     if not offsets:
         raise CaptureError(f"'{sink}' has run no batch: nothing to capture.")
     if batch is None:
-        return offsets[-1]
+        batch = offsets[-1]
     if batch not in offsets:
         raise CaptureError(
             f"'{sink}' has no batch {batch} in its checkpoint: its offsets "
@@ -191,6 +192,12 @@ def _take(  # noqa: PLR0913 (what a capture reads and writes)
     if not isinstance(frame, DataFrame):
         raise CaptureError("its node gives no streaming DataFrame")
     order = source_order(frame, {each: data[each] for each in streams}) or streams
+    logged = len(offsets_lines(checkpoint, batch)[1])
+    if logged != len(order):
+        raise CaptureError(
+            f"its checkpoint logs {logged} sources, and the query built today "
+            f"reads {len(order)}: capture with the code that ran the batch"
+        )
     lines, sources = [], {}
     for position, source in enumerate(order):
         rows = read_input(
