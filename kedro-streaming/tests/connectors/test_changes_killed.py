@@ -6,6 +6,7 @@ commit of the table (the replayed MERGE is skipped by its idempotent pair)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -108,7 +109,20 @@ def commits(table: Path) -> list[dict]:
     return found
 
 
-@pytest.mark.parametrize("point", ["during", "after"])
+# Killed as the MERGE writes its files, before its commit, the run leaves
+# files no commit names: Delta's atomic commit, which the rerun's exact tables
+# show again. About 80 s: run when KEDRO_STREAMING_EVERY_KILL is set, not in
+# CI's 45 minutes. Killed after the commit is the plugin's own idempotence.
+DURING = pytest.param(
+    "during",
+    marks=pytest.mark.skipif(
+        not os.environ.get("KEDRO_STREAMING_EVERY_KILL"),
+        reason="set KEDRO_STREAMING_EVERY_KILL=1 to kill a run during a MERGE too",
+    ),
+)
+
+
+@pytest.mark.parametrize("point", [DURING, "after"])
 def test_a_run_killed_at_a_merge_then_run_again_keeps_the_tables_exact(
     spark, tmp_path, monkeypatch, point
 ):
@@ -123,7 +137,7 @@ def test_a_run_killed_at_a_merge_then_run_again_keeps_the_tables_exact(
     killed = subprocess.run(
         [sys.executable, "-c", KILLED, str(tmp_path), point],
         cwd=tmp_path,  # its progress log in tmp_path/data/streams
-        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+        env={**os.environ, "PYTHONPATH": str(root)},
         capture_output=True,
         text=True,
         timeout=600,
