@@ -191,7 +191,7 @@ def _take(  # noqa: PLR0913 (what a capture reads and writes)
     frame = data.get(sink)
     if not isinstance(frame, DataFrame):
         raise CaptureError("its node gives no streaming DataFrame")
-    order = source_order(frame, {each: data[each] for each in streams}) or streams
+    order = source_order(frame, {each: data[each] for each in streams}) or []
     logged = len(offsets_lines(checkpoint, batch)[1])
     if logged != len(order):
         raise CaptureError(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 from pyspark.sql import DataFrame, SparkSession
 
+from kedro_streaming._checkpoint import Checkpoint
 from kedro_streaming._connectors.base import Connector, Entry
 from kedro_streaming._connectors.changes import (
     Changes,
@@ -368,5 +369,7 @@ def _data_files(path: str) -> set[str]:
 
 def checkpoint_query_id(checkpoint: str) -> str:
     """The id Spark gave the query of ``checkpoint`` (in its ``metadata`` file)."""
-    with fsspec.open(f"{checkpoint.rstrip('/')}/metadata") as handle:
-        return json.loads(handle.read().decode().splitlines()[0])["id"]
+    query_id = Checkpoint(checkpoint).query_id()
+    if query_id is None:
+        raise FileNotFoundError(f"{checkpoint.rstrip('/')}/metadata")
+    return query_id
