@@ -6,32 +6,47 @@ its own project (``kedro new --config`` with ``spark_version``), its own
 virtualenv and its own JVMs, the session's broker aside: the project's own
 tests, the bounded example on files, from Kafka and into Delta tables, each
 compared with the independent computation, and Real-Time Mode where the line
-has it (refused before start where it does not).
+has it (refused before start where it does not). Then the project moves up
+(`kedro streams spark-line`, docs/spark-lines.md) to the next line the
+session tests, its Delta tables, windows' state and checkpoints with it, and
+resumes: every figure of both runs compared with the computation.
 
 ``STARTER_OTHER_SPARK_VERSIONS`` (comma-separated) chooses the lines: by
 default 4.0.0, the oldest (with 4.2.0, the default line, the suite brackets
 the range within CI's budget); ``4.0.0,4.1.1`` adds the middle one; empty
-skips them.
+skips them. Each line's project moves to the next line up among these and
+the default one: 4.0 to 4.2 by default; 4.0 to 4.1 and 4.1 to 4.2 with
+``4.0.0,4.1.1``.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sys
 
 import pytest
 import yaml
-from reference import example_settings, expected_outputs, message_batches, zone_boroughs
+from reference import (
+    current_boroughs,
+    example_settings,
+    expected_outputs,
+    json_landing_batches,
+    message_batches,
+    zone_boroughs,
+)
 from support.checkpoints import assert_one_commit_per_batch
 from support.common import (
     AS_SHIPPED,
     SHIPPED_JIT,
+    SPARK_VERSION,
     STARTER_ROOT,
     kedro_run,
     run,
     streams,
 )
-from support.compare import assert_matches_reference, example_reference
+from support.compare import assert_matches_reference
 from support.kafka import (
     assert_each_message,
     point_at_broker,
@@ -39,11 +54,19 @@ from support.kafka import (
     wait_for_offsets,
 )
 from support.processes import start_kedro
-from support.project import OTHER_SPARK_VERSIONS, bundled_lines, make_line_project
+from support.project import (
+    OTHER_SPARK_VERSIONS,
+    PREFETCHED_WHEELS,
+    bundled_lines,
+    make_line_project,
+)
 from support.security import secure_kafka
 
 # The whole topic in one micro-batch: the reference replays the same batch.
 ONE_BATCH = 10_000
+# Each line's project moves up to the next line the session tests.
+LINES_UP = sorted({*OTHER_SPARK_VERSIONS, SPARK_VERSION}, key=lambda v: v.split("."))
+DELTA = ["--env", "delta", "--pipelines", "ingest,aggregate,live"]
 
 
 @pytest.fixture(scope="module", params=OTHER_SPARK_VERSIONS)
@@ -59,7 +82,8 @@ def line_project(request, tmp_path_factory):
 def test_example_runs_on_another_spark_line(
     line_project, broker_log_on_failure, monkeypatch
 ):
-    """Own tests, files, Kafka, Delta and Real-Time Mode on one Spark line."""
+    """Own tests, files, Kafka, Delta and Real-Time Mode on one Spark line,
+    then the project moved up a line with its state."""
     version, project, bin_dir = line_project
     python = bin_dir / "python"
     installed = run(
@@ -112,26 +136,81 @@ def test_example_runs_on_another_spark_line(
     assert_matches_reference(project, expected, "data/kafka")
     status = streams(bin_dir, project, "status", "--env", "kafka").stdout
     assert f"raw_trips lag {trips_topic} 0 messages" in status
-    validated = streams(bin_dir, project, "validate", "--env", "kafka").stdout
-    assert "query bronze_trips: ok" in validated
 
     # Delta tables, the live summary's MERGE and the zone table kept from its
-    # changes included, with this line's package.
-    delta = ["--env", "delta", "--pipelines", "ingest,aggregate,live"]
-    kedro_run(bin_dir, project, *delta, params=AS_SHIPPED)
-    expected = example_reference(project, one_batch=True, live=True)
-    assert_matches_reference(project, expected, "data/delta", live=True)
-    assert_one_commit_per_batch(project)
+    # changes included, with this line's package: the first half of the
+    # landed files here, the rest once the project has moved up a line.
+    landing = project / "data/01_raw/trips_landing"
+    later = project.parent / "landed-later"
+    later.mkdir()
+    files = sorted(landing.glob("*.json"))
+    for path in files[len(files) // 2 :]:
+        shutil.move(path, later / path.name)
+    kedro_run(bin_dir, project, *DELTA, params=AS_SHIPPED)
 
     # Real-Time Mode where the line has it (its refusal on Spark 4.0, before
     # start, is the plugin's tests'): each trip of the topic out on the topic
     # of its verdict, as the reference says.
-    realtime = ["run", "--env", "kafka", "--pipelines", "realtime"]
-    if version.startswith("4.0."):
-        return
+    if not version.startswith("4.0."):
+        assert_realtime(project, bin_dir, broker_log_on_failure, trips_topic, messages)
+    move_up_and_resume(project, bin_dir, version, later)
+
+
+def move_up_and_resume(project, bin_dir, version: str, later) -> None:
+    """docs/spark-lines.md's move to the next line, then the rest of the
+    landed files: one run on each line, as the reference replays them."""
+    first = json_landing_batches(project / "data/01_raw/trips_landing")
+    up = LINES_UP[LINES_UP.index(version) + 1]
+    moved = streams(bin_dir, project, "spark-line", up).stdout
+    assert f"Moved the project from Spark {version} to {up}:" in moved
+    assert f"requirements.txt: pyspark=={version} -> pyspark=={up}" in moved
+    uv = os.path.join(os.path.dirname(sys.executable), "uv")
+    links = [arg for folder in PREFETCHED_WHEELS for arg in ("--find-links", folder)]
+    venv_python = ("--python", bin_dir / "python")
+    install = [uv, "pip", "install", "-q", "--compile-bytecode", *venv_python, *links]
+    run([*install, "-r", "requirements.txt", "-e", ".[dev,connect]"], cwd=project)
+    installed = run(
+        [bin_dir / "python", "-c", "import pyspark; print(pyspark.__version__)"],
+        cwd=project,
+    )
+    assert installed.stdout.split() == [up]
+    validated = streams(bin_dir, project, "validate", *DELTA[:2]).stdout
+    assert (
+        f"note: 'hourly_borough_summary' last ran on Spark {version}, and now runs "
+        f"on {up}." in validated
+    )
+    assert "query hourly_borough_summary: ok, resumes after batch 1" in validated
+
+    for path in sorted(later.iterdir()):
+        shutil.move(path, project / "data/01_raw/trips_landing" / path.name)
+        os.utime(project / "data/01_raw/trips_landing" / path.name)
+    ran = kedro_run(bin_dir, project, *DELTA, params=AS_SHIPPED)
+    assert f"Spark {up}" in ran.output
+    # Each run's files in one micro-batch, and the batch after it that moves
+    # the watermark (a bounded run's last): a window the first run left open
+    # closes in the second, with the rows it kept in its state.
+    second = json_landing_batches(project / "data/01_raw/trips_landing")[len(first) :]
+    root = project / "data/01_raw"
+    expected = expected_outputs(
+        [[r for batch in first for r in batch], [], [r for b in second for r in b], []],
+        zone_boroughs(root / "taxi_zone_lookup.csv"),
+        example_settings(project),
+        live_boroughs=current_boroughs(root),
+    )
+    assert expected.late_trips  # the second run's trips include late ones
+    assert_matches_reference(project, expected, "data/delta", live=True)
+    # Nothing read twice: each batch one commit of its table, by one query.
+    assert_one_commit_per_batch(project)
+
+
+def assert_realtime(project, bin_dir, broker, trips_topic, messages) -> None:
+    """The realtime pipeline sends each trip of the topic on once, to the
+    topic of its verdict."""
+    servers = broker.bootstrap_servers
     kafka = yaml.safe_load((project / "conf/kafka/globals.yml").read_text())["kafka"]
     outputs = [kafka["checked_trips_topic"], kafka["rejected_trips_topic"]]
     log = project / "realtime.log"
+    realtime = ["run", "--env", "kafka", "--pipelines", "realtime"]
     process = start_kedro(
         bin_dir,
         project,

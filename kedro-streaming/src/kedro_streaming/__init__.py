@@ -32,10 +32,12 @@ datasets, and its nodes may call ``check_expectations``:
   a Kafka credentials entry for any client; a schema registry and Avro in
   Confluent's wire format, for a project's producers and consumers.
 - ``check_kafka_connector``, ``check_delta_package``, ``delta_package_for``,
-  ``local_scala_version``: what ``spark.yml``'s packages must be for a Spark.
-- ``kedro streams ...``: status, validate, state, reset, optimize, vacuum, and the
-  development services (broker, registry, cluster, connect, submit, send,
-  watch; the ``dev`` extra, ``kedro_streaming.devtools``).
+  ``local_scala_version``: what ``spark.yml``'s packages must be for a Spark;
+  ``move_to_spark``: a project's pins rewritten for another Spark release.
+- ``kedro streams ...``: status, validate, state, capture, reset, optimize,
+  vacuum, spark-line, and the development services (broker, registry,
+  cluster, connect, submit, send, watch; the ``dev`` extra,
+  ``kedro_streaming.devtools``).
 
 Only these names (``__all__``), ``kedro_streaming.testing`` and
 ``kedro_streaming.devtools`` are public: the modules behind them are private.

@@ -18,6 +18,7 @@ from ._nodes.records import PROVENANCE_COLUMNS as PROVENANCE_COLUMNS
 from ._nodes.records import parse_records as parse_records
 from ._nodes.records import record_origin as record_origin
 from ._run.hooks import StreamingQueryHooks as StreamingQueryHooks
+from ._session.lines import move_to_spark as move_to_spark
 from ._session.packages import local_scala_version as local_scala_version
 from ._session.session import SparkHooks as SparkHooks
 from ._session.session import spark_session as spark_session
@@ -47,6 +48,7 @@ __all__ = [
     "kafka_consumer",
     "kafka_producer",
     "local_scala_version",
+    "move_to_spark",
     "parse_records",
     "record_origin",
     "spark_session",

@@ -22,6 +22,7 @@ COMMANDS = {
     "reset": "kedro_streaming._cli.sinks:reset",
     "state": "kedro_streaming._cli.state:state",
     "capture": "kedro_streaming._cli.capture:capture",
+    "spark-line": "kedro_streaming._cli.spark_line:spark_line",
     "optimize": "kedro_streaming._cli.sinks:optimize",
     "vacuum": "kedro_streaming._cli.sinks:vacuum",
     "broker": "kedro_streaming.devtools.cli_broker:broker_group",
