@@ -106,42 +106,35 @@ def project_files(project: Path) -> dict[str, str]:
     }
 
 
-def install_plugin_one_minor_up(project_bin: Path, workdir: Path) -> str:
-    """The plugin one minor version up, built from a copy of this repository
-    and installed over the venv's."""
-    bumped = workdir / "starter"
-    bumped.mkdir()
-    shutil.copy(STARTER_ROOT / "pyproject.toml", bumped)
-    shutil.copytree(
-        PLUGIN_ROOT,
-        bumped / PLUGIN_ROOT.name,
-        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
-    )
-    init = bumped / PLUGIN_ROOT.name / "src/kedro_streaming/__init__.py"
-    major, minor, _ = PLUGIN_VERSION.split(".")
-    new_version = f"{major}.{int(minor) + 1}.0"
-    init.write_text(init.read_text().replace(f'"{PLUGIN_VERSION}"', f'"{new_version}"'))
-    pip = [project_bin / "python", "-m", "pip", "install", "-q", "--no-deps"]
-    run([*pip, bumped], cwd=workdir, timeout=300)
+# The previous release of the plugin, as a user's project has it in its
+# wheels/ (tests/releases/README.md says which, and how it was built).
+PREVIOUS_RELEASE = sorted(
+    (STARTER_ROOT / "tests/releases").glob("kedro_streaming-*.whl"),
+    key=lambda wheel: [int(n) for n in wheel.name.split("-")[1].split(".")],
+)[-1]
+
+
+def installed_plugin(project_bin: Path, cwd: Path) -> str:
+    """The version of kedro-streaming installed in the virtualenv."""
     version = run(
         [
             project_bin / "python",
             "-c",
             "import kedro_streaming as k; print(k.__version__)",
         ],
-        cwd=workdir,
+        cwd=cwd,
     )
-    assert version.stdout.strip() == new_version
-    return new_version
+    return version.stdout.strip()
 
 
 def test_without_the_example_a_small_project_runs_tests_and_upgrades(
     sensor_project, project_bin, tmp_path
 ):
-    """`example: none`: one records pipeline, its own test, a bounded run whose
-    every row is computed here; then the plugin at a higher version, built
-    from this repository and installed over it, runs the same project, its
-    checkpoint and its tests, with no file of the project changed."""
+    """`example: none`: one records pipeline, its own test, a bounded run
+    whose every row is computed here, made by the plugin's previous release;
+    then this version, installed over it as docs/upgrading.md says, runs the
+    same project from its checkpoint, reads that release's progress log and
+    passes the project's tests, with no file of the project changed."""
     # Its own virtualenv, as the session's: the upgrade below must not change
     # the plugin under the tests running beside it.
     project_bin = venv_like(project_bin, tmp_path / "venv")
@@ -158,6 +151,11 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
 
     assert_tidy_home(project, project_bin)
 
+    # The previous release first, as a project made a month ago has it.
+    pip = [project_bin / "python", "-m", "pip", "install", "-q"]
+    run([*pip, "--no-deps", PREVIOUS_RELEASE], cwd=project, timeout=300)
+    previous = PREVIOUS_RELEASE.name.split("-")[1]
+    assert installed_plugin(project_bin, project) == previous != PLUGIN_VERSION
     kedro = project_bin / "kedro"
     validated = run([kedro, "streams", "validate"], cwd=project)
     assert "query checked_records: ok" in validated.stdout
@@ -171,9 +169,10 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
     assert checked_rows(quarantine) == rejected(expected_checked(shipped))
     assert rejected(expected_checked(shipped))  # the shipped file has some
 
-    # The plugin one minor up, built from a copy of this repository's.
+    # This version over it, from the project's wheels/ (docs/upgrading.md).
     before = project_files(project)
-    install_plugin_one_minor_up(project_bin, tmp_path)
+    run([*pip, "--disable-pip-version-check", "-r", "requirements.txt"], cwd=project)
+    assert installed_plugin(project_bin, project) == PLUGIN_VERSION
     more = [
         json.dumps(
             {"device": "boiler-1", "at": "2026-11-26T11:00:00Z", "temperature_c": t}
@@ -184,6 +183,13 @@ def test_without_the_example_a_small_project_runs_tests_and_upgrades(
     run([kedro, "run", *AS_SHIPPED], cwd=project)
     assert checked_rows(table) == expected_checked(shipped + more)
     assert checked_rows(quarantine) == rejected(expected_checked(shipped + more))
+    # Both releases' progress logs, read as one: every batch, every row.
+    status = run([kedro, "streams", "status"], cwd=project).stdout
+    written = len(expected_checked(shipped + more)) - len(
+        rejected(expected_checked(shipped + more))
+    )
+    assert "checked_records: batch 1 committed" in status
+    assert f"{written} rows written in 2 batches" in status
     # docs/stateful.md's recipes are the same page in both kinds of
     # project: they run in the taxi project's tests (test_starter.py);
     # the recipes of this project's own pages run here.
