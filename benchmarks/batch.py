@@ -305,13 +305,7 @@ def handwritten_command(
 
 def timed(command: list, project: Path, workdir: Path) -> tuple[float, str]:
     """Runs ``command`` in ``project`` from empty outputs; its wall time and output."""
-    for folder in ("02_intermediate", "08_reporting", "checkpoints"):
-        shutil.rmtree(project / "data" / folder, ignore_errors=True)
-        (project / "data" / folder).mkdir()
-    for folder in ("delta", "streams"):
-        shutil.rmtree(project / "data" / folder, ignore_errors=True)
-    for folder in ("handwritten", "declarative"):
-        shutil.rmtree(workdir / folder, ignore_errors=True)
+    prepare_outputs(project, workdir)
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "COLUMNS": "250"}
     started = time.monotonic()
     result = subprocess.run(
@@ -326,6 +320,17 @@ def timed(command: list, project: Path, workdir: Path) -> tuple[float, str]:
     if result.returncode != 0:
         sys.exit(f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return seconds, result.stdout + result.stderr
+
+
+def prepare_outputs(project: Path, workdir: Path) -> None:
+    """Empty tables and checkpoints, the project's and the scripts'."""
+    for folder in ("02_intermediate", "08_reporting", "checkpoints"):
+        shutil.rmtree(project / "data" / folder, ignore_errors=True)
+        (project / "data" / folder).mkdir()
+    for folder in ("delta", "streams"):
+        shutil.rmtree(project / "data" / folder, ignore_errors=True)
+    for folder in ("handwritten", "declarative"):
+        shutil.rmtree(workdir / folder, ignore_errors=True)
 
 
 def rates(outputs: tuple[str, str], names: tuple[str, str]) -> str:
