@@ -25,7 +25,7 @@ def spark_line(metadata, version: str, older: bool) -> None:
     pyspark in requirements.txt and pyproject.toml, the Kafka connector, Avro
     and Delta packages and the checkpoint file manager in conf/*/spark.yml:
     each line it changes is printed. Checkpoints carry over: stop the
-    streams, move, `pip install -r requirements.txt`, `kedro streams
+    streams, move, `pip install -r requirements.txt -e .`, `kedro streams
     validate`, then `kedro run` (docs/spark-lines.md).
     """
     root = Path(metadata.project_path)
@@ -41,7 +41,8 @@ def spark_line(metadata, version: str, older: bool) -> None:
     for change in changes:
         click.echo(f"  {change}")
     click.echo(
-        "Next: pip install -r requirements.txt, then kedro streams validate "
+        "Next: pip install -r requirements.txt -e . (with the extras you "
+        'installed, e.g. -e ".[dev]"), then kedro streams validate '
         "(each query checked against its checkpoint on the new Spark) and "
         "kedro run. Your checkpoints carry over; keep a copy of them until the "
         "queries have run on the new Spark, for a rollback."
