@@ -174,18 +174,17 @@ def move_up_and_resume(project, bin_dir, version: str, later) -> None:
         cwd=project,
     )
     assert installed.stdout.split() == [up]
-    validated = streams(bin_dir, project, "validate", *DELTA[:2]).stdout
-    assert (
-        f"note: 'hourly_borough_summary' last ran on Spark {version}, and now runs "
-        f"on {up}." in validated
-    )
-    assert "query hourly_borough_summary: ok, resumes after batch 1" in validated
-
     for path in sorted(later.iterdir()):
         shutil.move(path, project / "data/01_raw/trips_landing" / path.name)
         os.utime(project / "data/01_raw/trips_landing" / path.name)
+    # `kedro streams validate` (the docs' step 3) makes the same checks as
+    # the run's own, which says each query's earlier Spark the same way.
     ran = kedro_run(bin_dir, project, *DELTA, params=AS_SHIPPED)
     assert f"Spark {up}" in ran.output
+    assert (
+        f"'hourly_borough_summary' last ran on Spark {version}, and now runs "
+        f"on {up}." in ran.output
+    )
     # Each run's files in one micro-batch, and the batch after it that moves
     # the watermark (a bounded run's last): a window the first run left open
     # closes in the second, with the rows it kept in its state.
