@@ -196,7 +196,7 @@ def delta_package_for(spark_version: str, scala_version: str = "2.13") -> str | 
         return f"io.delta:delta-spark_{line}_{scala_version}:{NEWEST_DELTA}"
     older = [v for v, built in DELTA_BUILT_FOR.items() if built == line]
     if older:
-        newest = max(older, key=_version_key)
+        newest = max(older, key=version_key)
         return f"io.delta:delta-spark_{scala_version}:{newest}.0"
     return None
 
@@ -257,7 +257,8 @@ def check_delta_package(
     )
 
 
-def _version_key(line: str) -> tuple[int, ...]:
+def version_key(line: str) -> tuple[int, ...]:
+    """A version (or line) as numbers, to compare: ``4.10`` after ``4.9``."""
     return tuple(int(part) for part in line.split("."))
 
 

@@ -14,7 +14,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kedro_streaming._connectors.delta import delta_package_for, spark_line
+from kedro_streaming._connectors.delta import (
+    delta_package_for,
+    spark_line,
+    version_key,
+)
 from kedro_streaming.errors import StreamingConfigError
 
 # The lines this version of the plugin is tested on.
@@ -85,7 +89,7 @@ def move_to_spark(root: Path, version: str, *, older: bool = False) -> list[Chan
     current = project_spark(root)
     if current == version:
         return []
-    if _key(version) < _key(current) and not older:
+    if version_key(version) < version_key(current) and not older:
         raise StreamingConfigError(
             f"Spark {version} is older than the project's {current}, and Spark "
             "does not promise that an older release reads the checkpoints and "
@@ -147,7 +151,3 @@ def _rewrite(text: str, current: str, version: str) -> tuple[str, list[tuple]]:
     text = own.sub(spark_package, text)
     text = _DELTA.sub(delta, text)
     return _MANAGER.sub(manager, text), found
-
-
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
