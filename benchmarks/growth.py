@@ -9,7 +9,13 @@ per million trips, and peak memory: the JVM's (driver and executors in one
 process under ``local[2]``) and the Python driver's, each its kernel high
 water mark (``VmHWM``), read from /proc until the process ends.
 
+With ``--plans light,project``, the project's own plan started by hand
+(``handwritten.py --plan project``) runs in turn too: what ``kedro run`` adds
+to the same work, beside what the project's plan does per record that the
+light script does not.
+
     python benchmarks/growth.py [--sizes 100000,1000000,10000000] [--rounds 2]
+                                [--plans light|project|light,project]
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from batch import (
     prepare_outputs,
 )
 
+# The scripts of --plans, by the name the table gives them.
+NAMES = {"light": "hand-written", "project": "plan by hand"}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -38,39 +47,54 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
+        "--plans",
+        default="light",
+        help="the scripts, in turn: light (handwritten.py's typed read and one "
+        "rule), project (the project's own nodes and rules by hand), or both: "
+        "light,project",
+    )
+    parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
     )
     args = parser.parse_args()
-    args.compare, args.share_classes = "handwritten", False
     project, python = bench_project(args.workdir)
     kedro = [python.parent / "kedro", "run", *BOUNDED]
     archive = class_archive(project, python)
-    script = handwritten_command(args, project, python, archive) + ["--stage", "all"]
+    scripts = {}
+    for plan in args.plans.split(","):
+        args.share_classes = False
+        args.compare = {"light": "handwritten", "project": "plan"}[plan]
+        scripts[NAMES[plan]] = handwritten_command(args, project, python, archive)
     table = []
     for size in (int(s) for s in args.sizes.split(",")):
         fill_landing(project, python, size, args.files, REAL_ZONES)
         measured(kedro, project, args.workdir)  # warm-up: page cache, archive
         for round_number in range(1, args.rounds + 1):
-            hand = measured(script, project, args.workdir)
+            runs = {
+                name: measured([*script, "--stage", "all"], project, args.workdir)
+                for name, script in scripts.items()
+            }
             ours = measured(kedro, project, args.workdir)
-            table.append((size, round_number, hand, ours))
-            print(
-                f"{size:>11,} round {round_number}: hand-written {line(hand, size)}"
-                f" | kedro {line(ours, size)} | ratio {ours['s'] / hand['s']:.2f}",
-                flush=True,
-            )
+            for name, hand in runs.items():
+                table.append((size, round_number, name, hand, ours))
+                print(
+                    f"{size:>11,} round {round_number}: {name} {line(hand, size)}"
+                    f" | kedro {line(ours, size)} | ratio {ours['s'] / hand['s']:.2f}",
+                    flush=True,
+                )
     print(f"\n{os.cpu_count()} cores, {args.files} files per size")
     print(
-        "| trips | round | hand-written s | kedro s | ratio | s per M (hand, kedro) "
-        "| JVM peak MiB (hand, kedro) | Python peak MiB (hand, kedro) |"
+        "| trips | round | script | script s | kedro s | ratio | s per M (script, "
+        "kedro) | JVM peak MiB (script, kedro) | Python peak MiB (script, kedro) |"
     )
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for size, round_number, hand, ours in table:
+    print("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for size, round_number, name, hand, ours in table:
         per_m = 1e6 / size
         print(
-            f"| {size:,} | {round_number} | {hand['s']:.1f} | {ours['s']:.1f} | "
-            f"{ours['s'] / hand['s']:.2f} | {hand['s'] * per_m:.1f}, "
-            f"{ours['s'] * per_m:.1f} | {hand['java']:.0f}, {ours['java']:.0f} | "
+            f"| {size:,} | {round_number} | {name} | {hand['s']:.1f} | "
+            f"{ours['s']:.1f} | {ours['s'] / hand['s']:.2f} | "
+            f"{hand['s'] * per_m:.1f}, {ours['s'] * per_m:.1f} | "
+            f"{hand['java']:.0f}, {ours['java']:.0f} | "
             f"{hand['python']:.0f}, {ours['python']:.0f} |"
         )
 
