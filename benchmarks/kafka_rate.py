@@ -89,14 +89,8 @@ def main() -> None:
     run = None
     try:
         from kafka import KafkaConsumer, TopicPartition
-        from kafka.admin import KafkaAdminClient, NewTopic
 
-        admin = KafkaAdminClient(bootstrap_servers="localhost:9092")
-        if TOPIC in admin.list_topics():
-            admin.delete_topics([TOPIC])
-            time.sleep(3)
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
-        admin.close()
+        new_topic()
 
         # Kafka's own load generator (Java), paced at --rate: a Python
         # producer on these two cores falls behind and its queue would be
@@ -105,18 +99,9 @@ def main() -> None:
         payloads.write_bytes(b"\n".join(lines))
         start_producer = functools.partial(
             subprocess.Popen,
-            [
-                "java",
-                "-cp",
-                perf_classpath(python, project),
-                "org.apache.kafka.tools.ProducerPerformance",
-                *("--topic", TOPIC, "--num-records", str(args.rate * args.seconds)),
-                *("--throughput", str(args.rate), "--payload-file", str(payloads)),
-                "--producer-props",
-                "bootstrap.servers=localhost:9092",
-                "acks=1",
-                "linger.ms=5",
-            ],
+            load_generator(
+                python, project, args.rate * args.seconds, args.rate, payloads
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -222,6 +207,37 @@ def start_run(python: Path, project: Path, args, log_path: Path):
             sys.exit(log_path.read_text()[-3000:])
         time.sleep(0.05)
     return run, time.monotonic() - launched
+
+
+def new_topic() -> None:
+    """The benchmark's topic, created anew (empty) on the local broker."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers="localhost:9092")
+    if TOPIC in admin.list_topics():
+        admin.delete_topics([TOPIC])
+        time.sleep(3)
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
+    admin.close()
+
+
+def load_generator(
+    python: Path, project: Path, records: int, rate: int, payloads: Path
+) -> list:
+    """Kafka's ProducerPerformance: ``records`` lines of ``payloads`` (picked
+    at random) to the topic at ``rate`` messages/s."""
+    return [
+        "java",
+        "-cp",
+        perf_classpath(python, project),
+        "org.apache.kafka.tools.ProducerPerformance",
+        *("--topic", TOPIC, "--num-records", str(records)),
+        *("--throughput", str(rate), "--payload-file", str(payloads)),
+        "--producer-props",
+        "bootstrap.servers=localhost:9092",
+        "acks=1",
+        "linger.ms=5",
+    ]
 
 
 def perf_classpath(python: Path, project: Path) -> str:

@@ -43,7 +43,8 @@ from kafka_rate import (
     PARTITIONS,
     TOPIC,
     committed_offsets,
-    perf_classpath,
+    load_generator,
+    new_topic,
     write_environment,
 )
 from trips import trips
@@ -191,31 +192,16 @@ def start_producer(args, project: Path, python: Path):
     """Kafka's own load generator at ``args.rate`` on a new topic, for as long
     as the benchmark runs; and a function giving what it has produced."""
     from kafka import KafkaConsumer, TopicPartition
-    from kafka.admin import KafkaAdminClient, NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers="localhost:9092")
-    if TOPIC in admin.list_topics():
-        admin.delete_topics([TOPIC])
-        time.sleep(3)
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
-    admin.close()
+    new_topic()
     payloads = args.workdir / "payloads.txt"
     payloads.write_text(
         trips(100_000).to_json(orient="records", lines=True).strip() + "\n"
     )
+    # For longer than the benchmark runs; stopped at its end.
+    records = args.rate * 7200
     producer = subprocess.Popen(
-        [
-            "java",
-            "-cp",
-            perf_classpath(python, project),
-            "org.apache.kafka.tools.ProducerPerformance",
-            *("--topic", TOPIC, "--num-records", str(args.rate * 7200)),
-            *("--throughput", str(args.rate), "--payload-file", str(payloads)),
-            "--producer-props",
-            "bootstrap.servers=localhost:9092",
-            "acks=1",
-            "linger.ms=5",
-        ],
+        load_generator(python, project, records, args.rate, payloads),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
