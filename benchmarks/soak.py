@@ -1,0 +1,271 @@
+"""Hours, not minutes: the example's stateful queries at a steady rate, minute by minute.
+
+Starts the project's local broker and ``kedro run --env bench-kafka`` (the
+default pipelines: ``bronze_trips``, then the quarantine and the hourly
+windows per borough over it; ``--pipelines`` for others), a micro-batch
+every ``--trigger``, and produces TLC-shaped trips at ``--rate`` messages/s
+for ``--minutes`` (librdkafka's producer, paced, in a process of its own).
+Event time moves on for the whole run: the producer cycles through 100,000
+template trips and shifts each cycle's datetimes past the one before, so
+windows keep closing and state keeps turning over, as in a real feed.
+
+Every 10 s it samples the JVM (driver and executors under ``local[2]``):
+its resident memory (``/proc``) and its heap in use (``jcmd GC.heap_info``),
+and the Python driver's resident memory. One line per minute: the largest
+resident memories, the smallest heap in use (the floor the collections
+leave), and from the run's progress log each query's batches, their p95
+duration and its state rows. At the end: in = out (the messages produced
+against ``bronze_trips``' committed offsets and its rows), and over the
+last ``--judge`` minutes each figure's smallest and largest value, and how
+far apart (issue 70 holds memory to 5 %).
+
+    python benchmarks/soak.py [--minutes 60] [--rate 5000] [--trigger "5 seconds"]
+                              [--pipelines __default__] [--judge 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from batch import bench_project
+from kafka_rate import TOPIC, committed_offsets, new_topic, start_run, write_environment
+from trips import trips
+
+# Its own process, so that sampling here does not slow it down: librdkafka
+# sends; Python paces, and shifts each cycle of templates past the last.
+STAMPED_PRODUCER = """
+import json, sys, time
+from datetime import datetime, timedelta
+from confluent_kafka import Producer
+servers, topic, path, count, rate = sys.argv[1:4] + [int(a) for a in sys.argv[4:6]]
+templates = [json.loads(line) for line in open(path)]
+times = ("lpep_pickup_datetime", "lpep_dropoff_datetime")
+parsed = [[datetime.fromisoformat(t[k]) for k in times] for t in templates]
+first = min(p for p, _ in parsed)
+span = max(d for _, d in parsed) - first + timedelta(hours=1)
+producer = Producer({"bootstrap.servers": servers, "acks": "1", "linger.ms": 5})
+start, sent = time.monotonic(), 0
+while sent < count:
+    due = min(count, int((time.monotonic() - start) * rate) + 1)
+    while sent < due:
+        cycle, index = divmod(sent, len(templates))
+        trip = dict(templates[index])
+        for key, at in zip(times, parsed[index]):
+            trip[key] = (at + cycle * span).strftime("%Y-%m-%d %H:%M:%S")
+        try:
+            producer.produce(topic, json.dumps(trip).encode())
+            sent += 1
+        except BufferError:
+            producer.poll(0.01)
+    producer.poll(0)
+    time.sleep(0.001)
+producer.flush()
+print(sent)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=int, default=60)
+    parser.add_argument("--rate", type=int, default=5000, help="messages per second")
+    parser.add_argument("--trigger", default="5 seconds")
+    parser.add_argument("--pipelines", default="__default__")
+    parser.add_argument(
+        "--judge", type=int, default=30, help="the last minutes held to 5 %%"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
+    )
+    args = parser.parse_args()
+    args.params = f"trigger_interval={args.trigger}"
+    project, python = bench_project(args.workdir)
+    tables = project / "data/bench-kafka"
+    write_environment(project, tables, [])
+    templates = args.workdir / "soak-templates.jsonl"
+    templates.write_text(trips(100_000).to_json(orient="records", lines=True))
+    broker = [python, "-m", "kedro_streaming.devtools", "broker"]
+    subprocess.run([*broker, "start"], cwd=project, check=True)
+    run = None
+    minutes: list[dict] = []
+    try:
+        new_topic()
+        run, running_after = start_run(
+            python, project, args, args.workdir / "soak-run.log"
+        )
+        count = args.rate * 60 * args.minutes
+        producer = subprocess.Popen(
+            [sys.executable, "-c", STAMPED_PRODUCER, "localhost:9092", TOPIC]
+            + [str(templates), str(count), str(args.rate)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        progress = tables / "streams/progress.jsonl"
+        minutes = sample_minutes(run, producer, progress)
+        sent = int(producer.stdout.read().split()[-1])
+        checkpoint = tables / "checkpoints/bronze_trips"
+        deadline = time.monotonic() + 300
+        while committed_offsets(checkpoint) < sent and time.monotonic() < deadline:
+            time.sleep(2)
+        committed = committed_offsets(checkpoint)
+    finally:
+        if run and run.poll() is None:
+            run.send_signal(signal.SIGTERM)
+            run.wait(timeout=120)
+        subprocess.run([*broker, "stop"], cwd=project, check=False)
+    rows = parquet_rows(tables / "02_intermediate/bronze_trips")
+    print(f"queries running {running_after:.1f} s after `kedro run`")
+    report(minutes, args.judge)
+    print(
+        f"in = out: {sent:,} produced, {committed:,} committed by bronze_trips "
+        f"(its offsets), {rows:,} rows in it"
+    )
+
+
+def sample_minutes(run, producer, progress: Path) -> list[dict]:
+    """Per minute while ``producer`` runs: memory and each query's batches."""
+    minutes: list[dict] = []
+    started, read_to = time.monotonic(), 0
+    samples: list[tuple[float, float, float]] = []
+    while producer.poll() is None:
+        if run.poll() is not None:
+            sys.exit("kedro run ended before the producer")
+        samples.append(memory(run.pid))
+        time.sleep(10)
+        if time.monotonic() - started >= 60 * (len(minutes) + 1):
+            records, read_to = new_records(progress, read_to)
+            minutes.append(minute(len(minutes) + 1, samples, records))
+            print(line(minutes[-1]), flush=True)
+            samples = []
+    return minutes
+
+
+def memory(pid: int) -> tuple[float, float, float]:
+    """MiB: the JVM's resident memory and heap in use, the Python driver's
+    resident memory."""
+    java = next((child for child in children(pid) if name(child) == "java"), None)
+    heap = 0.0
+    if java:
+        info = subprocess.run(
+            ["jcmd", str(java), "GC.heap_info"],
+            check=False,
+            capture_output=True,
+            text=True,
+        ).stdout
+        found = re.search(r"used (\d+)K", info)
+        heap = int(found.group(1)) / 1024 if found else 0.0
+    return (rss(java) if java else 0.0, heap, rss(pid))
+
+
+def children(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        path = Path(f"/proc/{parent}/task/{parent}/children")
+        kids = [int(k) for k in path.read_text().split()] if path.exists() else []
+        found += kids
+        todo += kids
+    return found
+
+
+def name(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def rss(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
+
+
+def new_records(progress: Path, read_to: int) -> tuple[list[dict], int]:
+    if not progress.exists():
+        return [], read_to
+    with progress.open() as log:
+        log.seek(read_to)
+        text = log.read()
+    complete = text[: text.rfind("\n") + 1]
+    return [json.loads(r) for r in complete.splitlines()], read_to + len(
+        complete.encode()
+    )
+
+
+def minute(number: int, samples: list, records: list[dict]) -> dict:
+    queries: dict[str, dict] = {}
+    for record in records:
+        query = queries.setdefault(record["query"], {"ms": [], "state": None})
+        query["ms"].append(record["duration_ms"])
+        query["state"] = record.get("state_rows")
+    return {
+        "minute": number,
+        "jvm_rss": max(s[0] for s in samples),
+        "heap_floor": min(s[1] for s in samples),
+        "python_rss": max(s[2] for s in samples),
+        "queries": {
+            q: {
+                "batches": len(v["ms"]),
+                "p95_ms": p95(v["ms"]),
+                "state_rows": v["state"],
+            }
+            for q, v in queries.items()
+        },
+    }
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] if values else 0
+
+
+def line(m: dict) -> str:
+    queries = "; ".join(
+        f"{q} {v['batches']} batches p95 {v['p95_ms']:.0f} ms"
+        + (f" state {v['state_rows']:,}" if v["state_rows"] is not None else "")
+        for q, v in m["queries"].items()
+    )
+    return (
+        f"minute {m['minute']:3d}: JVM {m['jvm_rss']:.0f} MiB (heap floor "
+        f"{m['heap_floor']:.0f}), Python {m['python_rss']:.0f} MiB; {queries}"
+    )
+
+
+def report(minutes: list[dict], judge: int) -> None:
+    """The last ``judge`` minutes held to 5 %: largest against smallest."""
+    last = minutes[-judge:]
+    for key in ("jvm_rss", "heap_floor", "python_rss"):
+        values = [m[key] for m in last]
+        print(f"{key}, last {len(last)} minutes: {spread(values)}")
+    for query in last[-1]["queries"]:
+        states = [m["queries"].get(query, {}).get("state_rows") for m in last]
+        if all(s is not None for s in states):
+            print(f"{query} state rows, last {len(last)} minutes: {spread(states)}")
+        p95s = [m["queries"].get(query, {}).get("p95_ms", 0) for m in last]
+        print(f"{query} batch p95 ms, last {len(last)} minutes: {spread(p95s)}")
+
+
+def spread(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    within = (high - low) / low * 100 if low else float("inf")
+    return (
+        f"min {low:,.0f}, median {statistics.median(values):,.0f}, max {high:,.0f} "
+        f"({within:.1f} % apart)"
+    )
+
+
+def parquet_rows(table: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in table.glob("*.parquet"))
+
+
+if __name__ == "__main__":
+    main()
