@@ -121,8 +121,9 @@ def test_delta_tables_match_the_reference_one_commit_per_batch(
         assert (
             "query bronze_trips (node check_trips): 'bronze_trips' would no longer "
             "match its committed files: column trip_type was int, is now string. "
-            "Fix: keep the committed columns and types in the node that writes it, "
-            "or `kedro streams reset bronze_trips`" in output
+            "Fix: keep the committed columns and types in the node that writes it "
+            "(or in the schema it parses by, e.g. a parameter), or `kedro streams "
+            "reset bronze_trips`" in output
         )
         assert "Started streaming query" not in refused.output
         assert "Traceback" not in refused.output

@@ -187,8 +187,10 @@ CASES = [
         ["--pipelines", "records"],
         "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
         "  - 'raw_records' reads '{project}/data/01_raw/record_landing', which does "
-        "not exist (beside it: '{project}/data/01_raw/records_landing'): fix its filepath, or, if "
-        "another pipeline's sink writes it, run that pipeline first (`kedro run "
+        "not exist (beside it: '{project}/data/01_raw/records_landing'): fix its "
+        "filepath; or create the folder, if files are to land there (git keeps no "
+        "empty folder: a .gitkeep file in it keeps it in a clone); or, if another "
+        "pipeline's sink writes it, run that pipeline first (`kedro run "
         "--pipelines <name>`)",
         False,
     ),
@@ -341,13 +343,20 @@ CASES = [
         False,
     ),
     (
-        "a --params name misspelt, which Kedro alone would ignore",
+        "--params names misspelt, which Kedro alone would ignore: a setting, "
+        "and a key inside a parameter's mapping",
         {},
-        ["--pipelines", "records", "--params", "triger=available_now"],
+        [
+            *("--pipelines", "records", "--params"),
+            "triger=available_now,"
+            "record_expectations.temperature_plausibel.action=warn",
+        ],
         "StreamingConfigError: --params names what nothing in this project reads "
         "(no parameter of conf/<env>/parameters*.yml, no setting of streaming.yml, "
         "no ${{runtime_params:...}} in conf/), so the run would ignore it:\n"
         "  - 'triger': did you mean `trigger`?\n"
+        "  - 'record_expectations.temperature_plausibel': did you mean "
+        "`temperature_plausible`?\n"
         "Fix the name, or declare it in parameters.yml.",
         False,
     ),
@@ -533,8 +542,10 @@ CASES = [
         ["--env", "kafka", "--pipelines", "alerts"],
         "StreamingConfigError: Streaming configuration in conf/ cannot work:\n"
         "  - 'checked_records' reads '{project}/data/kafka/02_intermediate/"
-        "checked_records', which does not exist: fix its filepath, or, if "
-        "another pipeline's sink writes it, run that pipeline first (the records "
+        "checked_records', which does not exist: fix its filepath; or create the "
+        "folder, if files are to land there (git keeps no empty folder: a .gitkeep "
+        "file in it keeps it in a clone); or, if another pipeline's sink writes "
+        "it, run that pipeline first (the records "
         "pipeline writes it: `kedro run --pipelines records`, with this run's "
         "--env)",
         False,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from kedro_streaming._checkpoint import Checkpoint
-from kedro_streaming._cli.capture import capture_batch
+from kedro_streaming._cli.capture import capture_batch, newest_with_rows
 from kedro_streaming._observe.capture import CaptureError
 from kedro_streaming.testing import Incident
 from pyspark.sql import Row
@@ -122,12 +122,25 @@ def test_a_batch_is_captured_once_and_only_if_the_checkpoint_has_it(spark, tmp_p
     assert str(missing.value) == (
         "'out' has no batch 7 in its checkpoint: its offsets keep batches 0 to 1."
     )
-    folder, _ = capture_batch(
+    # By default the newest batch that read rows, not the one after it that
+    # only moved the watermark.
+    folder, lines = capture_batch(
         catalog, one_node(deduped, SOURCES), "out", batch=None, **arguments
     )
-    assert folder.name == "out_batch_1"
+    assert folder.name == "out_batch_0"
+    assert lines[:2] == [
+        "the newest batch that read or wrote rows: after it, 1 batch did neither "
+        "(only the watermark moved), and would replay nothing; --batch takes "
+        "another",
+        "trips: 1 rows, as batch 0 read them",
+    ]
+    checkpoint = Checkpoint(str(tmp_path / "checkpoint"))
+    # The progress log decides where it has the batch: a batch that wrote the
+    # windows its state closed read nothing, and is the one to capture.
+    assert newest_with_rows(checkpoint, [0, 1], {1: True}) == 1
+    assert newest_with_rows(checkpoint, [0, 1], {0: True, 1: False}) == 0
     with pytest.raises(CaptureError) as again:
-        capture_batch(catalog, one_node(deduped, SOURCES), "out", batch=1, **arguments)
+        capture_batch(catalog, one_node(deduped, SOURCES), "out", batch=0, **arguments)
     assert str(again.value) == (
         f"{folder} is there already: give --to another folder, or delete it"
     )

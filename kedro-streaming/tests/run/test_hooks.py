@@ -25,7 +25,8 @@ from kedro_streaming._checks.catalog import (
     check_paths_reach_the_cluster,
     check_paths_resolve_in_the_project,
 )
-from kedro_streaming._checks.spec import run_trigger
+from kedro_streaming._checks.checks import check_before_spark
+from kedro_streaming._checks.spec import RunSpec, run_trigger
 from kedro_streaming._nodes import lookup as lookup_module
 from kedro_streaming._observe.metrics import StreamMetrics
 from kedro_streaming._observe.progress import ProgressLog
@@ -155,6 +156,16 @@ def test_a_metrics_port_taken_or_not_a_port_fails_before_any_query_starts(spark)
 
             with pytest.raises(StreamingConfigError, match=re.escape(words)):
                 hooks.before_pipeline_run({}, nodes, catalog)
+        # `validate`, a dry run made while the stream runs, says it as a note.
+        run = RunSpec.read(catalog, nodes, {"metrics_port": port})
+        assert check_before_spark(run, dry_run=True) == [
+            f"Cannot serve the Prometheus metrics at 127.0.0.1:{port} (Address "
+            "already in use): run with `--params metrics_port=<a free port>` "
+            "(another run may have this one), or `--params metrics_port=0` for no "
+            "endpoint."
+        ]
+        with pytest.raises(StreamingConfigError, match="Address already in use"):
+            check_before_spark(run)
     assert catalog["out"].query is None
 
 

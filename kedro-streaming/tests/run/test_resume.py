@@ -45,6 +45,20 @@ def windowed(size: str, delay: str = "10 minutes"):
     return summary
 
 
+def summed(fares: str):
+    """Fares per borough and hour, as SQL ``fares`` computes them."""
+
+    def summary(trips):
+        return (
+            trips.withWatermark("at", "10 minutes")
+            .groupBy(F.window("at", "1 hour"), "borough")
+            .agg(F.expr(fares).alias("fares"))
+            .select(F.col("window.start").alias("start"), "borough", "fares")
+        )
+
+    return summary
+
+
 def deduped(trips):
     return trips.withWatermark("at", "1 hour").dropDuplicatesWithinWatermark(["id"])
 
@@ -100,6 +114,15 @@ CHANGES = {
         "'out' would now make `window` windows of 30 minutes over at, and its "
         "state holds windows of 1 hour over at: they would be finished and "
         f"written beside the new ones. {FIX}.",
+        None,
+    ),
+    "an aggregate computed otherwise": (
+        summed("sum(fare)"),
+        summed("sum(fare * 2)"),
+        {},
+        "'out' would now compute `fares` as sum((fare * 2)), and its state holds "
+        "it as sum(fare): the groups open in its state would combine the two. "
+        f"{FIX}.",
         None,
     ),
     "a dedupe added": (

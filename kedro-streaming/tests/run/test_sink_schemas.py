@@ -105,7 +105,8 @@ REFUSED = {
         lambda trips: trips.withColumn("fare", F.col("fare").cast("string")),
         "'out' would no longer match its committed files: column fare was int, is "
         "now string. Fix: keep the committed columns and types in the node that "
-        f"writes it, or {FIX}.",
+        "writes it (or in the schema it parses by, e.g. a parameter), or "
+        f"{FIX}.",
     ),
     "removed column": (
         TRIPS,
@@ -113,7 +114,8 @@ REFUSED = {
         lambda trips: trips.select("id"),
         "'out' would no longer match its committed files: column fare (int) is no "
         "longer written. Fix: keep the committed columns and types in the node "
-        f"that writes it, or {FIX}.",
+        "that writes it (or in the schema it parses by, e.g. a parameter), or "
+        f"{FIX}.",
     ),
     "grouping key added": (
         "at TIMESTAMP, borough STRING, zone STRING",

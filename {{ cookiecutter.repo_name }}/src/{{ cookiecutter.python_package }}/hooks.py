@@ -5,6 +5,13 @@ runs; ``StreamingQueryHooks`` runs the life of the streaming queries the
 pipelines start (checks before start, progress log, metrics, clean stop).
 """
 
-from kedro_streaming import SparkHooks, StreamingQueryHooks
+try:
+    from kedro_streaming import SparkHooks, StreamingQueryHooks
+except ModuleNotFoundError as missing:  # this Python lacks the requirements
+    raise ModuleNotFoundError(
+        f"{missing.msg}: install the project's requirements into this Python, "
+        'from the project\'s folder: pip install -r requirements.txt -e ".[dev]"',
+        name=missing.name,
+    ) from None
 
 HOOKS = (SparkHooks(), StreamingQueryHooks())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,11 +91,15 @@ def check_runtime_params(config_loader: Any) -> None:
                 )
             )
     known = sorted(set(parameters) | set(SETTING_NAMES) | referenced)
-    unknown = [name for name in runtime if name not in known]
+    unknown = [(name, known) for name in runtime if name not in known]
+    # `--params group.key=...` comes nested: a key its group does not declare.
+    for name, value in runtime.items():
+        if isinstance(value, Mapping) and isinstance(parameters.get(name), Mapping):
+            unknown += _unknown_keys(value, parameters[name], f"{name}.")
     if unknown:
         lines = []
-        for name in unknown:
-            hint = _meant(name, known)
+        for name, among in unknown:
+            hint = _meant(name.rpartition(".")[2], among)
             if name == "streaming":
                 hint = (
                     ": a setting of streaming.yml takes its own name, e.g. "
@@ -109,6 +113,20 @@ def check_runtime_params(config_loader: Any) -> None:
             + "\n  - ".join(lines)
             + "\nFix the name, or declare it in parameters.yml."
         )
+
+
+def _unknown_keys(
+    given: Mapping, declared: Mapping, prefix: str
+) -> list[tuple[str, list[str]]]:
+    """The dotted names of ``given`` that ``declared`` (a parameter's
+    mapping) does not have, each with the keys it has where it is missing."""
+    unknown = []
+    for key, value in given.items():
+        if key not in declared:
+            unknown.append((f"{prefix}{key}", sorted(map(str, declared))))
+        elif isinstance(value, Mapping) and isinstance(declared[key], Mapping):
+            unknown += _unknown_keys(value, declared[key], f"{prefix}{key}.")
+    return unknown
 
 
 def _meant(name: str, known: list[str] | tuple[str, ...]) -> str:
@@ -248,6 +266,10 @@ BEFORE_SPARK: tuple[Callable[[RunSpec], None], ...] = (
     ),
     lambda run: check_configuration(run.sinks, run.sources, run.readers),
     _check_connectors_before_spark,
+)
+# What only a run needs, about what runs now: `validate`, a dry run made
+# while the stream it checks runs (before a deploy), says them as notes.
+WHILE_RUNNING: tuple[Callable[[RunSpec], None], ...] = (
     _check_not_running,
     _check_metrics_port,
 )
@@ -260,10 +282,21 @@ WITH_SPARK: tuple[Callable[[RunSpec, SparkSession], None], ...] = (
 )
 
 
-def check_before_spark(run: RunSpec) -> None:
-    """The checks that need no Spark: made before the session starts."""
+def check_before_spark(run: RunSpec, *, dry_run: bool = False) -> list[str]:
+    """The checks that need no Spark: made before the session starts. A dry
+    run does not fail on what only a run needs (another process running the
+    queries, the metrics port taken): what they say, for its notes."""
     for check in BEFORE_SPARK:
         check(run)
+    notes = []
+    for check in WHILE_RUNNING:
+        try:
+            check(run)
+        except StreamingConfigError as error:
+            if not dry_run:
+                raise
+            notes.append(str(error))
+    return notes
 
 
 def check_with_spark(run: RunSpec, spark: SparkSession) -> None:

@@ -48,6 +48,7 @@ def query_record(
         plan = jframe.queryExecution().analyzed()
         record["watermarks"] = watermarks(plan)
         record["windows"] = windows(plan)
+        record["aggregates"] = aggregates(plan)
     return record
 
 
@@ -99,6 +100,26 @@ def watermarks(plan: Any) -> dict[str, str]:
         if node.nodeName() == "EventTimeWatermark":
             line = node.simpleString(_FIELDS)
             found[node.eventTime().name()] = line.rsplit(", ", 1)[-1].strip()
+    return found
+
+
+def aggregates(plan: Any) -> dict[str, str]:
+    """Each value a streaming aggregation keeps in its state, by its column:
+    the SQL that computes it (``sum(fare)``). Its type alone is in Spark's
+    state schema: ``sum(round(fare))`` over a state of ``sum(fare)`` resumes."""
+    found = {}
+    for node in plan_nodes(plan):
+        if node.nodeName() != "Aggregate" or not node.isStreaming():
+            continue
+        grouping = node.groupingExpressions()
+        keys = {grouping.apply(i).sql() for i in range(grouping.size())}
+        outputs = node.aggregateExpressions()
+        for i in range(outputs.size()):
+            output = outputs.apply(i)
+            computed = output.child() if output.nodeName() == "Alias" else output
+            text = computed.sql()
+            if output.nodeName() != "AttributeReference" and text not in keys:
+                found[output.name()] = text
     return found
 
 

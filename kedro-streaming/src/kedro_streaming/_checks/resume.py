@@ -94,6 +94,7 @@ def resume_verdict(
         found = [
             _sources(frame, offsets, before, now, spark),
             _windows(before, now),
+            _aggregates(before, now),
             _sink(name, before, now, checkpoint.committed),
             _partitions(checkpoint, offsets, spark),
         ]
@@ -202,6 +203,18 @@ def _windows(before: dict, now: dict) -> Found:
         "the new ones"
         for column, size in sorted(new.items())
         if column in old and old[column] != size
+    ], []
+
+
+def _aggregates(before: dict, now: dict) -> Found:
+    """A value kept in state computed otherwise: Spark would add the new to
+    what the state holds (a record without them: not compared)."""
+    old, new = before.get("aggregates"), now.get("aggregates") or {}
+    return [
+        f"would now compute `{column}` as {text}, and its state holds it as "
+        f"{old[column]}: the groups open in its state would combine the two"
+        for column, text in sorted(new.items())
+        if old and column in old and old[column] != text
     ], []
 
 

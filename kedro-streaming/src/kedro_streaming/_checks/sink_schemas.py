@@ -57,7 +57,8 @@ def check_sink_schema(name: str, dataset: Any, frame: DataFrame) -> SchemaCheck:
             check.problems.append(
                 "would no longer match its committed files: "
                 f"{'; '.join(changed)}. Fix: keep the committed columns and types "
-                f"in the node that writes it, or {reset_fix(name)}"
+                "in the node that writes it (or in the schema it parses by, e.g. "
+                f"a parameter), or {reset_fix(name)}"
             )
         if added:
             check.notes.append(

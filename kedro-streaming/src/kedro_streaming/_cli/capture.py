@@ -44,7 +44,9 @@ from kedro_streaming.testing._steps import sort_key
 @click.command()
 @click.argument("sink")
 @env_option
-@click.option("--batch", type=int, help="The batch (the newest the checkpoint has).")
+@click.option(
+    "--batch", type=int, help="The batch (default: the newest that read input)."
+)
 @click.option(
     "--to",
     "folder",
@@ -75,6 +77,7 @@ def capture(metadata, *, sink: str, env: str | None, batch: int | None, folder):
             folder=folder,
             under=default,
             pipeline_name=name,
+            progress=run.state.records(),
         )
     except CaptureError as error:
         raise click.ClickException(str(error)) from None
@@ -99,13 +102,22 @@ def capture_batch(  # noqa: PLR0913 (the batch, and where it goes)
     folder: Path | None,
     under: Path,
     pipeline_name: str,
+    progress: list[dict[str, Any]] | None = None,
 ) -> tuple[Path, list[str]]:
-    """Captures batch ``batch`` (the newest) of ``sink``'s query, built from
-    ``pipeline``'s nodes, into ``folder`` (``under/<sink>_batch_<N>``);
-    the folder and what to say of it."""
+    """Captures batch ``batch`` of ``sink``'s query, built from ``pipeline``'s
+    nodes, into ``folder`` (``under/<sink>_batch_<N>``); the folder and what
+    to say of it. By default the newest batch that read or wrote rows, by
+    the run's ``progress`` log (else by its sources' offsets)."""
     dataset = catalog[sink]
     checkpoint = Checkpoint(dataset.checkpoint)
-    batch = _batch(checkpoint, sink, batch)
+    newest = batch is None
+    did = {
+        record["batch"]: bool(record.get("input_rows") or record.get("rows_written"))
+        for record in progress or []
+        if record.get("query") == sink
+    }
+    batch = _batch(checkpoint, sink, batch, did)
+    skipped = checkpoint.batches("offsets")[-1] - batch if newest else 0
     folder = folder or under / f"{sink}_batch_{batch}"
     if folder.exists():
         raise CaptureError(
@@ -129,6 +141,13 @@ def capture_batch(  # noqa: PLR0913 (the batch, and where it goes)
             ) from None
         folder.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(stage, folder)
+    if skipped:
+        lines.insert(
+            0,
+            f"the newest batch that read or wrote rows: after it, {skipped} "
+            f"batch{'es' if skipped > 1 else ''} did neither (only the "
+            "watermark moved), and would replay nothing; --batch takes another",
+        )
     return folder, lines
 
 
@@ -142,12 +161,14 @@ def _pipeline_of(sink: str) -> str | None:
     return writing[0][1] if writing else None
 
 
-def _batch(checkpoint: Checkpoint, sink: str, batch: int | None) -> int:
+def _batch(
+    checkpoint: Checkpoint, sink: str, batch: int | None, did: dict[int, bool]
+) -> int:
     offsets = checkpoint.batches("offsets")
     if not offsets:
         raise CaptureError(f"'{sink}' has run no batch: nothing to capture.")
     if batch is None:
-        batch = offsets[-1]
+        batch = newest_with_rows(checkpoint, offsets, did)
     if batch not in offsets:
         raise CaptureError(
             f"'{sink}' has no batch {batch} in its checkpoint: its offsets "
@@ -159,6 +180,28 @@ def _batch(checkpoint: Checkpoint, sink: str, batch: int | None) -> int:
             f"(or no longer kept): its state before batch {batch} is unknown."
         )
     return batch
+
+
+def newest_with_rows(
+    checkpoint: Checkpoint, offsets: list[int], did: dict[int, bool]
+) -> int:
+    """The newest of ``offsets``' batches that read or wrote rows: as the
+    progress log says (``did``); a batch it does not have, when its sources'
+    offsets moved on from the batch before (a batch that reads nothing keeps
+    them where they were). Else the newest."""
+    try:
+        for batch in reversed(offsets):
+            if did.get(batch) or batch - 1 not in offsets:
+                return batch
+            if (
+                batch not in did
+                and offsets_lines(checkpoint, batch)[1]
+                != (offsets_lines(checkpoint, batch - 1)[1])
+            ):
+                return batch
+    except CaptureError:  # sources it cannot read: said when captured
+        pass
+    return offsets[-1]
 
 
 def _take(  # noqa: PLR0913 (what a capture reads and writes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from kedro.framework.cli.utils import _split_params, env_option
 
@@ -40,11 +42,13 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
         raise click.ClickException(f"{error}\nFix it before `kedro run`.") from None
     # The run's own checks, in its order: the first problem before Spark and
     # the first with it (a later check may rest on an earlier one).
-    problems = []
+    problems, now = [], []
     try:
-        check_before_spark(run)
+        now = check_before_spark(run, dry_run=True)
     except StreamingConfigError as error:
         problems.append(str(error))
+    for note in now:  # true now; `kedro run` checks them again when it starts
+        click.echo(f"note: before `kedro run`: {note}")
     spark = spark_session()
     try:
         check_with_spark(run, spark)
@@ -63,9 +67,20 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
     problems += plans.problems
     for note in plans.notes:
         click.echo(f"note: {note}.")
-    earlier = problems[:configuration_problems]
+    _say_verdicts(run, plans, problems[:configuration_problems])
+    if problems:
+        for problem in problems:
+            click.echo("- " + problem.replace("\n", "\n  "), err=True)
+        raise click.ClickException(
+            f"{_count(problems)} problem(s): fix them before `kedro run`."
+        )
+    click.echo("All streaming queries can start.")
+
+
+def _say_verdicts(run: RunSpec, plans: Any, earlier: list[str]) -> None:
+    """One line per query: ok, its verdict, or the problem found before the
+    plans that names one of its datasets."""
     for name in dict.fromkeys([*plans.frames, *plans.verdicts]):
-        # A problem found before the plans may name this query's datasets.
         named = [
             dataset
             for dataset in _datasets_of(run, name)
@@ -81,13 +96,6 @@ def validate(metadata, env: str | None, pipelines: list[str], params) -> None:
             click.echo(f"query {name}: ok")
         else:
             click.echo(verdict.describe(name, run.readers.get(name, [])))
-    if problems:
-        for problem in problems:
-            click.echo("- " + problem.replace("\n", "\n  "), err=True)
-        raise click.ClickException(
-            f"{_count(problems)} problem(s): fix them before `kedro run`."
-        )
-    click.echo("All streaming queries can start.")
 
 
 def _count(problems: list[str]) -> int:

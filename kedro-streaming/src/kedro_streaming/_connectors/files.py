@@ -194,8 +194,10 @@ def missing_local_folder(path: str | None) -> Problem | None:
     )
     return Problem(
         f"reads '{path}', which does not exist{hint}",
-        "fix its filepath, or, if another pipeline's sink writes it, run that "
-        "pipeline first (`kedro run --pipelines <name>`)",
+        "fix its filepath; or create the folder, if files are to land there "
+        "(git keeps no empty folder: a .gitkeep file in it keeps it in a clone); "
+        "or, if another pipeline's sink writes it, run that pipeline first "
+        "(`kedro run --pipelines <name>`)",
         id="SOURCE_FOLDER_MISSING",
     )
 
