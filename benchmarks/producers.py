@@ -29,9 +29,29 @@ def framed_payloads(
     return path
 
 
+# Every millisecond, what is due by then: a wake-up per message would cost
+# the producing process more of the two cores than the producing itself.
+# After a header that defines `producer`, `topic`, `count`, `rate` and
+# `payload(n)`, message n's bytes.
+PACING = """
+start, sent = time.monotonic(), 0
+while sent < count:
+    due = min(count, int((time.monotonic() - start) * rate) + 1)
+    while sent < due:
+        try:
+            producer.produce(topic, payload(sent))
+            sent += 1
+        except BufferError:
+            producer.poll(0.01)
+    producer.poll(0)
+    time.sleep(0.001)
+producer.flush()
+"""
+
 # A producer process of its own, so that the consumer thread here does not
 # slow it down: librdkafka sends, Python only paces.
-PACED_PRODUCER = """
+PACED_PRODUCER = (
+    """
 import sys, time
 from confluent_kafka import Producer
 servers, topic, path, count, rate = sys.argv[1:4] + [int(a) for a in sys.argv[4:6]]
@@ -41,21 +61,13 @@ while at < len(data):
     payloads.append(data[at + 4:at + 4 + size])
     at += 4 + size
 producer = Producer({"bootstrap.servers": servers, "acks": "1", "linger.ms": 0})
-# Every millisecond, what is due by then: a wake-up per message would cost
-# this process more of the two cores than the producing itself.
-start, sent = time.monotonic(), 0
-while sent < count:
-    due = min(count, int((time.monotonic() - start) * rate) + 1)
-    while sent < due:
-        try:
-            producer.produce(topic, payloads[sent % len(payloads)])
-            sent += 1
-        except BufferError:
-            producer.poll(0.01)
-    producer.poll(0)
-    time.sleep(0.001)
-producer.flush()
+
+
+def payload(n):
+    return payloads[n % len(payloads)]
 """
+    + PACING
+)
 
 
 def produce_paced(topic: str, payloads: Path, count: int, rate: int) -> None:

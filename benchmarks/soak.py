@@ -40,11 +40,13 @@ sys.path.insert(0, str(HERE))
 
 from batch import bench_project
 from kafka_rate import TOPIC, committed_offsets, new_topic, start_run, write_environment
+from producers import PACING
 from trips import trips
 
 # Its own process, so that sampling here does not slow it down: librdkafka
 # sends; Python paces, and shifts each cycle of templates past the last.
-STAMPED_PRODUCER = """
+STAMPED_PRODUCER = (
+    """
 import json, sys, time
 from datetime import datetime, timedelta
 from confluent_kafka import Producer
@@ -55,24 +57,18 @@ parsed = [[datetime.fromisoformat(t[k]) for k in times] for t in templates]
 first = min(p for p, _ in parsed)
 span = max(d for _, d in parsed) - first + timedelta(hours=1)
 producer = Producer({"bootstrap.servers": servers, "acks": "1", "linger.ms": 5})
-start, sent = time.monotonic(), 0
-while sent < count:
-    due = min(count, int((time.monotonic() - start) * rate) + 1)
-    while sent < due:
-        cycle, index = divmod(sent, len(templates))
-        trip = dict(templates[index])
-        for key, at in zip(times, parsed[index]):
-            trip[key] = (at + cycle * span).strftime("%Y-%m-%d %H:%M:%S")
-        try:
-            producer.produce(topic, json.dumps(trip).encode())
-            sent += 1
-        except BufferError:
-            producer.poll(0.01)
-    producer.poll(0)
-    time.sleep(0.001)
-producer.flush()
-print(sent)
+
+
+def payload(n):
+    cycle, index = divmod(n, len(templates))
+    trip = dict(templates[index])
+    for key, at in zip(times, parsed[index]):
+        trip[key] = (at + cycle * span).strftime("%Y-%m-%d %H:%M:%S")
+    return json.dumps(trip).encode()
 """
+    + PACING
+    + "print(sent)\n"
+)
 
 
 def main() -> None:
