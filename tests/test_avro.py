@@ -278,7 +278,11 @@ def test_a_send_whose_schema_its_subject_refuses_sends_nothing(  # noqa: PLR0917
     )
     assert (sent.returncode, sent.stdout) == (1, ""), sent.output
     position = [f["name"] for f in earlier["fields"]].index("PULocationID")
-    errors = [line for line in sent.stderr.splitlines() if line.startswith("error:")]
+    errors = [
+        line
+        for line in without_tries(sent.stderr).splitlines()
+        if line.startswith("error:")
+    ]
     assert errors == [
         f"error: the schema registry at {url} refused a new version of subject "
         f"'{subject}' (HTTP 409): "
@@ -534,9 +538,16 @@ def test_bad_frames_quarantined_schemas_kept_and_the_summary_sent_as_avro(  # no
         "{1}, list of diff types: [reader union lacking writer type: LONG at "
         f"/fields/{trip_count}/type/1]. "
         f"{REFUSAL_FIX.format(url=url, subject=subject)}"
-    ) in refused.stderr, refused.output[-3000:]
+    ) in without_tries(refused.stderr), refused.output[-3000:]
     assert "Started streaming query" not in refused.output
     assert [v.version for v in registry.versions(subject)] == [1]
+
+
+def without_tries(text: str) -> str:
+    """``text`` less the count of tries a registry request took (", 2 tries in
+    0.3 s"): the real proxy and registry can answer a try with a transient
+    error the client asks again after, which a test cannot know ahead."""
+    return re.sub(r", \d+ tries in [\d.]+ s\)", ")", text)
 
 
 def _fits(trips, line: str) -> bool:
