@@ -13,7 +13,8 @@ never; and a payment for an unknown trip every 1000 rows.
 Every minute, from the query's last progress: the join's state rows,
 ``memoryUsedBytes``, commit time, its custom (RocksDB) metrics and the
 minute's batch durations; the driver JVM's RSS (``/proc``) and heap used
-(``jcmd GC.heap_info``). One line per minute, and ``minutes.csv`` (every
+(``jcmd GC.heap_info``), and its resident memory split by mapping (the
+heap's range, files, the rest). One line per minute, and ``minutes.csv`` (every
 progress report in ``progress.jsonl``) under ``--workdir``.
 
 At the end the query stops between two batches, the inputs it read (the
@@ -26,6 +27,7 @@ before the last batch's watermark. It must equal the sink's rows, as sets.
         [--trigger "5 seconds"] [--workdir /tmp/join-state-bench]
         [--how left_outer] [--trips-late-by "10 minutes"]
         [--payments-late-by "10 minutes"] [--pay-within "15 minutes"]
+        [--conf KEY=VALUE ...]
 
 Run it with the benchmark project's virtualenv (PySpark, pandas, pyarrow),
 e.g. ``/tmp/kedro-streaming-bench/venv/bin/python``.
@@ -166,7 +168,32 @@ def jvm_memory(pid: int) -> dict:
         if found:
             out["heap_committed_kb"] = int(found.group(1))
             out["heap_used_kb"] = int(found.group(2))
+        heap = re.search(r"\[(0x[0-9a-f]+), (0x[0-9a-f]+)\)", info)
+        if heap:
+            out.update(resident_split(pid, *(int(a, 16) for a in heap.groups())))
     return out
+
+
+def resident_split(pid: int, heap_start: int, heap_end: int) -> dict:
+    """Resident kB by mapping: the Java heap's reserved range, files mapped,
+    and the rest (anonymous: the JVM's native memory, native libraries'
+    allocations, the C library's arenas, thread stacks)."""
+    split = {"heap_resident_kb": 0, "files_resident_kb": 0, "other_anon_kb": 0}
+    kind = None
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):
+            start = int(fields[0].split("-")[0], 16)
+            path = fields[5] if len(fields) > 5 else ""
+            if heap_start <= start < heap_end:
+                kind = "heap_resident_kb"
+            elif path.startswith("/"):
+                kind = "files_resident_kb"
+            else:
+                kind = "other_anon_kb"
+        elif fields[0] == "Rss:":
+            split[kind] += int(fields[1])
+    return split
 
 
 def offsets(progress: dict) -> tuple[int, int]:
@@ -224,7 +251,10 @@ def run(args, workdir: Path) -> None:
         "pay_within": args.pay_within,
     }
     builder = SparkSession.builder.appName("join-state-bench")
-    for key, value in SPARK_CONF.items():
+    for key, value in {
+        **SPARK_CONF,
+        **dict(c.split("=", 1) for c in args.conf),
+    }.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -290,7 +320,8 @@ def run(args, workdir: Path) -> None:
                 f"state {row['state_rows']}  mem {row['memory_used_bytes']}  "
                 f"commit {row['commit_ms']} ms  batch {row['batch_ms_mean']} ms "
                 f"(max {row['batch_ms_max']})  RSS {row.get('vmrss_kb', 0) // 1024} MB  "
-                f"heap {row.get('heap_used_kb', 0) // 1024} MB  load {row['load1']:.2f}",
+                f"heap {row.get('heap_used_kb', 0) // 1024} MB  "
+                f"other anon {row.get('other_anon_kb', 0) // 1024} MB  load {row['load1']:.2f}",
                 flush=True,
             )
             with (workdir / "minutes.csv").open("w", newline="") as f:
@@ -443,6 +474,9 @@ def main() -> None:
     parser.add_argument("--trips-late-by", default="10 minutes")
     parser.add_argument("--payments-late-by", default="10 minutes")
     parser.add_argument("--pay-within", default="15 minutes")
+    parser.add_argument(
+        "--conf", action="append", default=[], help="KEY=VALUE, a Spark setting"
+    )
     args = parser.parse_args()
     for name in ("output", "checkpoint", "inputs"):
         shutil.rmtree(args.workdir / name, ignore_errors=True)

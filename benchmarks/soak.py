@@ -1,10 +1,16 @@
 """Hours, not minutes: the example's stateful queries at a steady rate, minute by minute.
 
-Starts the project's local broker and ``kedro run --env bench-kafka`` (the
-default pipelines: ``bronze_trips``, then the quarantine and the hourly
-windows per borough over it; ``--pipelines`` for others), a micro-batch
-every ``--trigger``, and produces TLC-shaped trips at ``--rate`` messages/s
-for ``--minutes`` (librdkafka's producer, paced, in a process of its own).
+Starts the project's local broker and ``kedro run --env bench-kafka`` with
+the example's stateful queries: the default pipelines (``bronze_trips``,
+then the quarantine and the hourly windows per borough over it) and
+``dedupe`` (each trip's message once, by its origin, within 10 minutes);
+``--pipelines`` for others. A micro-batch every ``--trigger``; TLC-shaped
+trips at ``--rate`` messages/s for ``--minutes`` (librdkafka's producer,
+paced, in a process of its own). Each message is shaped as the
+``realtime`` pipeline writes it, the trip and its origin (``kafka_topic``,
+``kafka_partition``, ``kafka_offset``, ``kafka_timestamp``), and every
+``COPY_EVERY``-th is a copy of one sent ``COPY_BEHIND`` before, as an
+at-least-once sink's retry would send it; ``dedupe`` reads the same topic.
 Event time moves on for the whole run: the producer cycles through 100,000
 template trips and shifts each cycle's datetimes past the one before, so
 windows keep closing and state keeps turning over, as in a real feed.
@@ -14,13 +20,14 @@ its resident memory (``/proc``) and its heap in use (``jcmd GC.heap_info``),
 and the Python driver's resident memory. One line per minute: the largest
 resident memories, the smallest heap in use (the floor the collections
 leave), and from the run's progress log each query's batches, their p95
-duration and its state rows. At the end: in = out (the messages produced
-against ``bronze_trips``' committed offsets and its rows), and over the
+duration and its state rows. At the end: in = out (the messages produced against
+``bronze_trips``' committed offsets and its rows, and the messages less
+their copies against ``unique_trips``' rows), and over the
 last ``--judge`` minutes each figure's smallest and largest value, and how
 far apart (issue 70 holds memory to 5 %).
 
     python benchmarks/soak.py [--minutes 60] [--rate 5000] [--trigger "5 seconds"]
-                              [--pipelines __default__] [--judge 30]
+                              [--pipelines __default__,dedupe] [--judge 30]
 """
 
 from __future__ import annotations
@@ -43,27 +50,40 @@ from kafka_rate import TOPIC, committed_offsets, new_topic, start_run, write_env
 from producers import PACING
 from trips import trips
 
+# One message in COPY_EVERY is a copy of the one sent COPY_BEHIND before.
+COPY_EVERY, COPY_BEHIND = 200, 100
+
 # Its own process, so that sampling here does not slow it down: librdkafka
 # sends; Python paces, and shifts each cycle of templates past the last.
 STAMPED_PRODUCER = (
     """
 import json, sys, time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from confluent_kafka import Producer
-servers, topic, path, count, rate = sys.argv[1:4] + [int(a) for a in sys.argv[4:6]]
+servers, topic, path, count, rate, every, behind = sys.argv[1:4] + [
+    int(a) for a in sys.argv[4:8]
+]
 templates = [json.loads(line) for line in open(path)]
 times = ("lpep_pickup_datetime", "lpep_dropoff_datetime")
 parsed = [[datetime.fromisoformat(t[k]) for k in times] for t in templates]
 first = min(p for p, _ in parsed)
 span = max(d for _, d in parsed) - first + timedelta(hours=1)
 producer = Producer({"bootstrap.servers": servers, "acks": "1", "linger.ms": 5})
+started = datetime.now(timezone.utc)
 
 
 def payload(n):
+    if n % every == every - 1:
+        n -= behind  # a copy: the same trip from the same origin
     cycle, index = divmod(n, len(templates))
     trip = dict(templates[index])
     for key, at in zip(times, parsed[index]):
         trip[key] = (at + cycle * span).strftime("%Y-%m-%d %H:%M:%S")
+    # Where the trip entered, as the realtime pipeline names it: its time is
+    # when it was due to be sent, so a copy keeps its original's.
+    entered = started + timedelta(seconds=n / rate)
+    trip.update(kafka_topic="soak-source", kafka_partition=n % 2, kafka_offset=n,
+                kafka_timestamp=entered.isoformat(timespec="milliseconds"))
     return json.dumps(trip).encode()
 """
     + PACING
@@ -76,7 +96,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=int, default=60)
     parser.add_argument("--rate", type=int, default=5000, help="messages per second")
     parser.add_argument("--trigger", default="5 seconds")
-    parser.add_argument("--pipelines", default="__default__")
+    parser.add_argument("--pipelines", default="__default__,dedupe")
     parser.add_argument(
         "--judge", type=int, default=30, help="the last minutes held to 5 %%"
     )
@@ -88,6 +108,15 @@ def main() -> None:
     project, python = bench_project(args.workdir)
     tables = project / "data/bench-kafka"
     write_environment(project, tables, [])
+    # dedupe reads the trips' topic, whose messages carry their origin.
+    catalog = project / "conf/bench-kafka/catalog.yml"
+    catalog.write_text(
+        catalog.read_text().replace(
+            "subscribe: ${globals:kafka.checked_trips_topic},"
+            "${globals:kafka.rejected_trips_topic}",
+            f"subscribe: {TOPIC}",
+        )
+    )
     templates = args.workdir / "soak-templates.jsonl"
     templates.write_text(trips(100_000).to_json(orient="records", lines=True))
     broker = [python, "-m", "kedro_streaming.devtools", "broker"]
@@ -102,7 +131,8 @@ def main() -> None:
         count = args.rate * 60 * args.minutes
         producer = subprocess.Popen(
             [sys.executable, "-c", STAMPED_PRODUCER, "localhost:9092", TOPIC]
-            + [str(templates), str(count), str(args.rate)],
+            + [str(templates), str(count), str(args.rate)]
+            + [str(COPY_EVERY), str(COPY_BEHIND)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -120,12 +150,19 @@ def main() -> None:
             run.wait(timeout=120)
         subprocess.run([*broker, "stop"], cwd=project, check=False)
     rows = parquet_rows(tables / "02_intermediate/bronze_trips")
+    copies = sent // COPY_EVERY
     print(f"queries running {running_after:.1f} s after `kedro run`")
     report(minutes, args.judge)
     print(
         f"in = out: {sent:,} produced, {committed:,} committed by bronze_trips "
         f"(its offsets), {rows:,} rows in it"
     )
+    if "dedupe" in args.pipelines:
+        unique = parquet_rows(tables / "02_intermediate/unique_trips")
+        print(
+            f"{sent - copies:,} produced less their {copies:,} copies, "
+            f"{unique:,} rows in unique_trips"
+        )
 
 
 def sample_minutes(run, producer, progress: Path) -> list[dict]:
