@@ -32,7 +32,7 @@ from support.kafka import (
     read_topics,
     send_to_one_partition,
 )
-from support.processes import start_continuous_kafka_run, start_kedro
+from support.processes import start_continuous_kafka_run, start_kedro, wait_for
 from support.project import bundled_lines
 
 
@@ -124,14 +124,6 @@ def caught_up(project, query: str) -> bool:
         and planned == done
         and offset_log(checkpoint)[-1]["logOffset"] == max(written)
     )
-
-
-def wait_for(condition, process, log, what: str, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert process.poll() is None, log.read_text()[-5000:]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
 
 
 def test_avro_trips_across_a_schema_version_registered_mid_stream(  # noqa: PLR0914, PLR0915, PLR0917 (fixtures; one story)

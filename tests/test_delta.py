@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +32,7 @@ from support.compare import (
     split_bronze,
 )
 from support.metrics import progress_records
-from support.processes import start_kedro
+from support.processes import start_kedro, wait_for
 
 DELTA = ["--env", "delta"]
 WITH_LIVE = [*DELTA, "--pipelines", "ingest,aggregate,live"]
@@ -130,14 +128,6 @@ def test_delta_tables_match_the_reference_one_commit_per_batch(
     assert DeltaTable(str(tables / TABLES["bronze_trips"])).version() == bronze
 
 
-def wait_for(condition, what: str, process: subprocess.Popen, log: Path, timeout=240):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process.poll() is None, f"the run ended:\n{log.read_text()[-5000:]}"
-        assert time.monotonic() < deadline, f"never {what}:\n{log.read_text()[-5000:]}"
-        time.sleep(0.5)
-
-
 def caught_up(project: Path, files: int) -> bool:
     """Bronze has ingested ``files`` landing files, and both streams that read
     it have read every row it wrote."""
@@ -182,7 +172,11 @@ def test_optimize_time_travel_and_vacuum_while_streams_run(fresh_project, projec
     )
     try:
         wait_for(
-            lambda: caught_up(fresh_project, 2), "read the first 2 files", process, log
+            lambda: caught_up(fresh_project, 2),
+            process,
+            log,
+            "the first 2 files read",
+            seconds=240,
         )
         before = DeltaTable(str(bronze))
         version_before, files_before = before.version(), len(before.file_uris())
@@ -220,7 +214,9 @@ def test_optimize_time_travel_and_vacuum_while_streams_run(fresh_project, projec
 
         for path in sorted(later.iterdir()):
             path.rename(landing / path.name)
-        wait_for(lambda: caught_up(fresh_project, 4), "read all 4 files", process, log)
+        wait_for(
+            lambda: caught_up(fresh_project, 4), process, log, "all 4 files read", 240
+        )
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0, log.read_text()[-5000:]
     finally:

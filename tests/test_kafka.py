@@ -31,7 +31,7 @@ from support.metrics import (
     progress_records,
     unix_time,
 )
-from support.processes import start_continuous_kafka_run
+from support.processes import start_continuous_kafka_run, wait_for
 from support.project import bundled_lines
 from support.security import secure_kafka
 
@@ -92,13 +92,6 @@ def test_kafka_continuous_run_two_waves_sigterm_and_restart(
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
-
-    def wait_for(condition, process, log_path, what: str, seconds: float = 180) -> None:
-        deadline = time.monotonic() + seconds
-        while not condition():
-            assert process.poll() is None, log_path.read_text()[-5000:]
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            time.sleep(1)
 
     def two_waves(process, log_path):
         # Wave 1 through the project's producer command, wave 2 with kafka-python.

@@ -119,3 +119,59 @@ def start_continuous_kafka_run(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def wait_for(
+    condition, process: subprocess.Popen, log: Path, what: str, seconds: float = 180
+) -> None:
+    """Polls ``condition`` while the run started by ``start_kedro`` lives.
+    Past ``seconds``, fails with the log's end and where Spark's query
+    threads stood (a stalled run and a slow one look alike from outside)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, f"the run ended:\n{log.read_text()[-5000:]}"
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out waiting for {what} after {seconds:.0f} s\n"
+                f"{query_threads(process.pid, log)}\n{log.read_text()[-5000:]}"
+            )
+        time.sleep(0.5)
+
+
+def query_threads(pid: int, log: Path) -> str:
+    """The stacks of the streaming queries' threads and of the tasks running
+    in the run's JVMs; the whole dump goes beside ``log``."""
+    dumps = []
+    for child in _descendants(pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{child}/comm").read_text().strip() != "java":
+                continue
+        dumps.append(
+            subprocess.run(
+                ["jcmd", str(child), "Thread.print"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            ).stdout
+        )
+    whole = "\n".join(dumps)
+    if not whole:
+        return "(no JVM of the run to dump)"
+    path = log.with_name(log.name + ".threads.txt")
+    path.write_text(whole)
+    stacks = [
+        stack[:3000]
+        for stack in whole.split("\n\n")
+        if stack.startswith(('"stream execution thread', '"Executor task launch'))
+    ]
+    return f"thread dump: {path}\n" + "\n\n".join(stacks)
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        kids = children_of(todo.pop())
+        todo += kids - found
+        found |= kids
+    return found
