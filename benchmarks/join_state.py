@@ -41,13 +41,17 @@ import json
 import os
 import re
 import shutil
-import subprocess
+import sys
 import time
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from jvm_memory import jvm_memory  # noqa: E402 (beside this file)
+
 DOC = HERE.parent / "{{ cookiecutter.repo_name }}" / "docs" / "stateful.md"
 SPARK_CONF = {
     "spark.master": "local[2]",
@@ -147,53 +151,6 @@ def interval_seconds(text: str) -> float:
     number, unit = text.split()
     scale = {"second": 1, "minute": 60, "hour": 3600}[unit.rstrip("s")]
     return float(number) * scale
-
-
-def jvm_memory(pid: int) -> dict:
-    """The driver JVM's RSS and peak RSS (kB), and heap used and committed (kB)."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key.lower() + "_kb"] = int(value.split()[0])
-    if shutil.which("jcmd"):
-        info = subprocess.run(
-            ["jcmd", str(pid), "GC.heap_info"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        ).stdout
-        found = re.search(r"total (\d+)K, used (\d+)K", info)
-        if found:
-            out["heap_committed_kb"] = int(found.group(1))
-            out["heap_used_kb"] = int(found.group(2))
-        heap = re.search(r"\[(0x[0-9a-f]+), (0x[0-9a-f]+)\)", info)
-        if heap:
-            out.update(resident_split(pid, *(int(a, 16) for a in heap.groups())))
-    return out
-
-
-def resident_split(pid: int, heap_start: int, heap_end: int) -> dict:
-    """Resident kB by mapping: the Java heap's reserved range, files mapped,
-    and the rest (anonymous: the JVM's native memory, native libraries'
-    allocations, the C library's arenas, thread stacks)."""
-    split = {"heap_resident_kb": 0, "files_resident_kb": 0, "other_anon_kb": 0}
-    kind = None
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        fields = line.split()
-        if "-" in fields[0] and not fields[0].endswith(":"):
-            start = int(fields[0].split("-")[0], 16)
-            path = fields[5] if len(fields) > 5 else ""
-            if heap_start <= start < heap_end:
-                kind = "heap_resident_kb"
-            elif path.startswith("/"):
-                kind = "files_resident_kb"
-            else:
-                kind = "other_anon_kb"
-        elif fields[0] == "Rss:":
-            split[kind] += int(fields[1])
-    return split
 
 
 def offsets(progress: dict) -> tuple[int, int]:

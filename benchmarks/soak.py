@@ -24,7 +24,8 @@ duration and its state rows. At the end: in = out (the messages produced against
 ``bronze_trips``' committed offsets and its rows, and the messages less
 their copies against ``unique_trips``' rows), and over the
 last ``--judge`` minutes each figure's smallest and largest value, and how
-far apart (issue 70 holds memory to 5 %).
+far apart (issue 70 holds memory to 5 %). The minutes go to
+``soak-minutes.json`` in ``--workdir``.
 
     python benchmarks/soak.py [--minutes 60] [--rate 5000] [--trigger "5 seconds"]
                               [--pipelines __default__,dedupe] [--judge 30]
@@ -46,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from batch import bench_project
+from jvm_memory import jvm_memory
 from kafka_rate import TOPIC, committed_offsets, new_topic, start_run, write_environment
 from producers import PACING
 from trips import trips
@@ -151,6 +153,7 @@ def main() -> None:
         subprocess.run([*broker, "stop"], cwd=project, check=False)
     rows = parquet_rows(tables / "02_intermediate/bronze_trips")
     copies = sent // COPY_EVERY
+    (args.workdir / "soak-minutes.json").write_text(json.dumps(minutes, indent=1))
     print(f"queries running {running_after:.1f} s after `kedro run`")
     report(minutes, args.judge)
     print(
@@ -169,7 +172,7 @@ def sample_minutes(run, producer, progress: Path) -> list[dict]:
     """Per minute while ``producer`` runs: memory and each query's batches."""
     minutes: list[dict] = []
     started, read_to = time.monotonic(), 0
-    samples: list[tuple[float, float, float]] = []
+    samples: list[tuple[float, float, float, float]] = []
     while producer.poll() is None:
         if run.poll() is not None:
             sys.exit("kedro run ended before the producer")
@@ -183,21 +186,18 @@ def sample_minutes(run, producer, progress: Path) -> list[dict]:
     return minutes
 
 
-def memory(pid: int) -> tuple[float, float, float]:
-    """MiB: the JVM's resident memory and heap in use, the Python driver's
+def memory(pid: int) -> tuple[float, float, float, float]:
+    """MiB: the JVM's resident memory, its heap in use, its resident memory
+    outside the heap and files (``jvm_memory``), the Python driver's
     resident memory."""
     java = next((child for child in children(pid) if name(child) == "java"), None)
-    heap = 0.0
-    if java:
-        info = subprocess.run(
-            ["jcmd", str(java), "GC.heap_info"],
-            check=False,
-            capture_output=True,
-            text=True,
-        ).stdout
-        found = re.search(r"used (\d+)K", info)
-        heap = int(found.group(1)) / 1024 if found else 0.0
-    return (rss(java) if java else 0.0, heap, rss(pid))
+    jvm = jvm_memory(java) if java else {}
+    return (
+        jvm.get("vmrss_kb", 0) / 1024,
+        jvm.get("heap_used_kb", 0) / 1024,
+        jvm.get("other_anon_kb", 0) / 1024,
+        rss(pid),
+    )
 
 
 def children(pid: int) -> list[int]:
@@ -242,7 +242,8 @@ def minute(number: int, samples: list, records: list[dict]) -> dict:
         "minute": number,
         "jvm_rss": max(s[0] for s in samples),
         "heap_floor": min(s[1] for s in samples),
-        "python_rss": max(s[2] for s in samples),
+        "other_anon": max(s[2] for s in samples),
+        "python_rss": max(s[3] for s in samples),
         "queries": {
             q: {
                 "batches": len(v["ms"]),
@@ -267,14 +268,15 @@ def line(m: dict) -> str:
     )
     return (
         f"minute {m['minute']:3d}: JVM {m['jvm_rss']:.0f} MiB (heap floor "
-        f"{m['heap_floor']:.0f}), Python {m['python_rss']:.0f} MiB; {queries}"
+        f"{m['heap_floor']:.0f}, outside the heap {m['other_anon']:.0f}), "
+        f"Python {m['python_rss']:.0f} MiB; {queries}"
     )
 
 
 def report(minutes: list[dict], judge: int) -> None:
     """The last ``judge`` minutes held to 5 %: largest against smallest."""
     last = minutes[-judge:]
-    for key in ("jvm_rss", "heap_floor", "python_rss"):
+    for key in ("jvm_rss", "heap_floor", "other_anon", "python_rss"):
         values = [m[key] for m in last]
         print(f"{key}, last {len(last)} minutes: {spread(values)}")
     for query in last[-1]["queries"]:
