@@ -7,6 +7,7 @@ import contextlib
 import pyspark
 import pytest
 from kedro_streaming import StreamingConfigError
+from kedro_streaming._checkpoint import Checkpoint
 from kedro_streaming._connectors.streams import OFFSET_LOG_FORMAT, SOURCE_EVOLUTION
 from pyspark.sql import functions as F
 
@@ -40,6 +41,21 @@ def windowed(size: str, delay: str = "10 minutes"):
             .groupBy(F.window("at", size), "borough")
             .count()
             .select(F.col("window.start").alias("start"), "borough", "count")
+        )
+
+    return summary
+
+
+def sessions(gap):
+    """Trips per borough and session of ``gap`` (text, or a function making
+    the Column of a gap per row)."""
+
+    def summary(trips):
+        return (
+            trips.withWatermark("at", "10 minutes")
+            .groupBy(F.session_window("at", gap() if callable(gap) else gap), "borough")
+            .count()
+            .select(F.col("session_window.start").alias("start"), "borough", "count")
         )
 
     return summary
@@ -113,6 +129,15 @@ CHANGES = {
         {},
         "'out' would now make `window` windows of 30 minutes over at, and its "
         "state holds windows of 1 hour over at: they would be finished and "
+        f"written beside the new ones. {FIX}.",
+        None,
+    ),
+    "a session's gap changed": (
+        sessions("5 minutes"),
+        sessions("10 minutes"),
+        {},
+        "'out' would now make `session_window` windows of 10 minutes over at, and "
+        "its state holds windows of 5 minutes over at: they would be finished and "
         f"written beside the new ones. {FIX}.",
         None,
     ),
@@ -201,6 +226,41 @@ def test_each_change_is_said_before_start_and_run_refuses_only_resets(
             kedro_run(tmp_path, TRIPS, second, **catalog)
         assert str(error.value).endswith(f"  - query out (node write): {problem}")
         assert files_of(tmp_path / "out", tmp_path / "checkpoint") == before
+
+
+# A gap per row: Queens' sessions close after 5 minutes, others' after 10.
+def gap_per_row():
+    return F.when(F.col("borough") == "Queens", "5 minutes").otherwise("10 minutes")
+
+
+# How 0.16.1 and earlier recorded a session window: its time as the
+# conversion around it, and a gap per row not at all.
+RECORDED_BY_0_16_1 = {
+    "a fixed gap": (sessions("5 minutes"), "5 minutes over precisetimestampconversion"),
+    "a gap per row": (sessions(gap_per_row), " over precisetimestampconversion"),
+}
+
+
+@pytest.mark.parametrize("gap", RECORDED_BY_0_16_1, ids=list(RECORDED_BY_0_16_1))
+def test_a_session_window_recorded_by_an_earlier_version_resumes(spark, tmp_path, gap):
+    """An upgrade over a checkpoint whose record says a session window as
+    0.16.1 did: the same query resumes; the next start records it whole."""
+    node, recorded = RECORDED_BY_0_16_1[gap]
+    trip = {"id": 1, "fare": 10, "at": "2024-03-01 10:05:00", "borough": "Queens"}
+    land(tmp_path, "0.json", [trip])
+    kedro_run(tmp_path, TRIPS, node)
+    checkpoint = Checkpoint(str(tmp_path / "checkpoint"))
+    record = checkpoint.record()
+    now = record["windows"]["session_window"]
+    assert now.endswith(" over at") and now != " over at"
+    checkpoint.write_record({**record, "windows": {"session_window": recorded}})
+    land(tmp_path, "1.json", [{**trip, "id": 2, "at": "2024-03-01 12:05:00"}])
+
+    assert verdict_of(spark, catalog_of(tmp_path, TRIPS), node) == (
+        "query out: ok, resumes as it is after batch 1"
+    )
+    kedro_run(tmp_path, TRIPS, node)
+    assert checkpoint.record()["windows"] == {"session_window": now}
 
 
 def deduped_both(trips, more_trips):

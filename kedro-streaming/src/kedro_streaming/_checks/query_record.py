@@ -126,11 +126,15 @@ def aggregates(plan: Any) -> dict[str, str]:
 # How many fields of a node's line to print: all of them.
 _FIELDS = 1000
 # A window column's marks in Spark's metadata, and what the analysed plan
-# keeps of its size: microsecond literals ("3600000000L") or an interval.
+# keeps of its size: microsecond literals ("3600000000L"), or a session's gap
+# added to its time ("at + CAST('5 minutes' AS INTERVAL)", or an expression
+# for a gap per row); the time column inside the conversions around it.
 _WINDOW_MARKS = ("spark.timeWindow", "spark.sessionWindow")
 _MICROS = re.compile(r"\b(\d+)L\b")
-_INTERVAL = re.compile(r"'([^']+)' AS INTERVAL")
-_TIME_COLUMN = re.compile(r"precisetimestampconversion\((\w+)")
+_SESSION_GAP = re.compile(r"\+ CAST\((.+?) AS INTERVAL\)")
+_TIME_COLUMN = re.compile(
+    r"precisetimestampconversion\((?:precisetimestampconversion\()*(\w+)"
+)
 
 
 def windows(plan: Any) -> dict[str, str]:
@@ -143,8 +147,13 @@ def windows(plan: Any) -> dict[str, str]:
     for node in plan_nodes(plan):
         if node.nodeName() not in ("Project", "Expand"):
             continue
-        # One call per node to pass over those computing no window (most:
-        # the ingest query's projections list dozens of columns).
+        # Its columns' metadata in one call: a window column carries Spark's
+        # mark. Most projections (the ingest query's: dozens of columns and
+        # long expressions) have none, and their text is long to print (and
+        # Spark warns on the console that it cut a schema printed in it).
+        schema = node.schema().json()
+        if not any(mark in schema for mark in _WINDOW_MARKS):
+            continue
         if "precisetimestampconversion(" not in node.simpleString(_FIELDS):
             continue
         output = node.output()
@@ -159,7 +168,8 @@ def windows(plan: Any) -> dict[str, str]:
         if not marked or not text:
             continue  # passed through from below, not computed here
         sizes = sorted({int(m) for m in _MICROS.findall(text) if int(m)}, reverse=True)
-        described = [duration(micros) for micros in sizes] + _INTERVAL.findall(text)
+        gaps = dict.fromkeys(g.strip("'") for g in _SESSION_GAP.findall(text))
+        described = [duration(micros) for micros in sizes] + list(gaps)
         column = _TIME_COLUMN.search(text)
         for name in marked:
             found[name] = ", ".join(described) + (

@@ -197,6 +197,7 @@ def _streaming_sources(frame: Any, default: int) -> int:
 
 def _windows(before: dict, now: dict) -> Found:
     old, new = before.get("windows") or {}, now.get("windows") or {}
+    old = {column: _as_recorded_now(old[column], new.get(column)) for column in old}
     return [
         f"would now make `{column}` windows of {size}, and its state holds "
         f"windows of {old[column]}: they would be finished and written beside "
@@ -204,6 +205,20 @@ def _windows(before: dict, now: dict) -> Found:
         for column, size in sorted(new.items())
         if column in old and old[column] != size
     ], []
+
+
+# Up to 0.16.1, a session window's time was recorded as the conversion Spark
+# puts around it, and a gap per row (an expression) not at all.
+_SESSION_TIME_BEFORE = " over precisetimestampconversion"
+
+
+def _as_recorded_now(recorded: str, now: str | None) -> str:
+    """A window as an earlier version recorded it, in today's words where
+    they are known (a gap it did not record: taken as unchanged)."""
+    if now is None or not recorded.endswith(_SESSION_TIME_BEFORE):
+        return recorded
+    sizes = recorded.removesuffix(_SESSION_TIME_BEFORE)
+    return f"{sizes} over {now.rsplit(' over ', 1)[-1]}" if sizes else now
 
 
 def _aggregates(before: dict, now: dict) -> Found:

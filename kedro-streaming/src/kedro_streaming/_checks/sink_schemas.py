@@ -16,7 +16,7 @@ from typing import Any
 import fsspec
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import DataType, StructField, StructType, TimestampType
 from pyspark.sql.utils import AnalysisException
 
 from kedro_streaming._checkpoint import Checkpoint
@@ -287,10 +287,15 @@ def planned_state_schemas(
         keys = values = None
         if name in _STATEFUL_OPERATORS:
             keys = schema(node.keyExpressions())
-        if name in ("StateStoreSaveExec", "SessionWindowStateStoreSaveExec"):
+        if name == "StateStoreSaveExec":
             key_names = {f.name for f in keys} if keys else set()
             child = schema(node.child().output())
             values = StructType([f for f in child if f.name not in key_names])
+        elif name == "SessionWindowStateStoreSaveExec":
+            # Spark keeps each session under its keys and its start, with the
+            # whole row (its keys and window among it) as the value.
+            keys = StructType([*keys, StructField("sessionStartTime", TimestampType())])
+            values = schema(node.child().output())
         found.append((_KINDS.get(name, name), keys, values))
     return found
 
