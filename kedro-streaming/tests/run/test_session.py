@@ -268,6 +268,45 @@ def test_a_run_starts_java_ahead_and_builds_its_session_on_it(
     assert lines[1].startswith(outcome), started.stdout + started.stderr
 
 
+# A session whose spark.yml gives executors an environment variable: what
+# its JVM and this process then have.
+ENV_SESSION = """
+import os
+from kedro_streaming._session.session import configure_spark, spark_session
+configure_spark({
+    "spark.master": "local[1]",
+    "spark.ui.enabled": "false",
+    "spark.driver.extraJavaOptions": "-Xshare:off",
+    "spark.executorEnv.MALLOC_ARENA_MAX": "2",
+})
+print("JVM", spark_session()._jvm.java.lang.System.getenv("MALLOC_ARENA_MAX"))
+print("PYTHON", os.environ.get("MALLOC_ARENA_MAX"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("shell", "said"),
+    [(None, ["JVM 2", "PYTHON None"]), ("4", ["JVM 4", "PYTHON 4"])],
+    ids=["from spark.yml", "the shell's wins"],
+)
+def test_a_local_driver_starts_with_the_executors_environment(tmp_path, shell, said):
+    """In local mode the driver's JVM runs the tasks, so it starts with
+    `spark.executorEnv.*` (glibc reads MALLOC_ARENA_MAX only as a process
+    starts); this process's own environment is left as it was."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    started = subprocess.run(
+        [sys.executable, "-c", ENV_SESSION],
+        cwd=tmp_path,
+        env=env if shell is None else {**env, "MALLOC_ARENA_MAX": shell},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = started.stdout.splitlines()
+    assert [line for line in lines if line.startswith(("JVM", "PYTHON"))] == said
+
+
 def test_spark_classes_archived_at_one_start_are_mapped_by_the_next(tmp_path):
     """The first start records Spark's classes, the next maps them; an archive
     the JVM cannot map is deleted and the session starts without it. The cache

@@ -5,6 +5,7 @@ start faster), and without Ivy's report on the console."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import logging
@@ -289,22 +290,52 @@ def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
             daemon=True,
         ).start()
     try:
-        gateway = launch_gateway(
-            SparkConf(loadDefaults=False).setAll(list(conf.items())),
-            # In a process group of its own: a supervisor's SIGTERM to the
-            # group would end the JVM under the queries this process is
-            # stopping cleanly. It still exits when its stdin closes.
-            popen_kwargs={
-                "stdout": pipes[1][1],
-                "stderr": pipes[2][1],
-                "start_new_session": True,
-            },
-        )
+        with _executor_environment(conf):
+            gateway = _launch(conf, pipes)
     finally:
         for _, write_end in pipes.values():
             os.close(write_end)  # the JVM has its own copy
     use_gateway(gateway)
     return gateway
+
+
+def _launch(conf: dict[str, str], pipes: dict) -> JavaGateway:
+    return launch_gateway(
+        SparkConf(loadDefaults=False).setAll(list(conf.items())),
+        # In a process group of its own: a supervisor's SIGTERM to the
+        # group would end the JVM under the queries this process is
+        # stopping cleanly. It still exits when its stdin closes.
+        popen_kwargs={
+            "stdout": pipes[1][1],
+            "stderr": pipes[2][1],
+            "start_new_session": True,
+        },
+    )
+
+
+_EXECUTOR_ENV = "spark.executorEnv."
+
+
+@contextlib.contextmanager
+def _executor_environment(conf: dict[str, str]):
+    """In local mode, the driver's JVM runs the tasks: it starts with the
+    environment spark.yml gives executors (``spark.executorEnv.NAME``), as
+    an executor would; a variable set in the shell wins. PySpark starts the
+    JVM with this process's environment, so it is set here for that moment."""
+    given = {
+        key.removeprefix(_EXECUTOR_ENV): value
+        for key, value in conf.items()
+        if key.startswith(_EXECUTOR_ENV) and key.removeprefix(_EXECUTOR_ENV)
+    }
+    if not conf.get("spark.master", "local").startswith("local"):
+        given = {}
+    added = {name: value for name, value in given.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 # What HotSpot prints at every start, with a directives file and with the
