@@ -291,26 +291,22 @@ def _start_jvm_without_ivy_report(conf: dict[str, str]) -> JavaGateway:
         ).start()
     try:
         with _executor_environment(conf):
-            gateway = _launch(conf, pipes)
+            gateway = launch_gateway(
+                SparkConf(loadDefaults=False).setAll(list(conf.items())),
+                # In a process group of its own: a supervisor's SIGTERM to the
+                # group would end the JVM under the queries this process is
+                # stopping cleanly. It still exits when its stdin closes.
+                popen_kwargs={
+                    "stdout": pipes[1][1],
+                    "stderr": pipes[2][1],
+                    "start_new_session": True,
+                },
+            )
     finally:
         for _, write_end in pipes.values():
             os.close(write_end)  # the JVM has its own copy
     use_gateway(gateway)
     return gateway
-
-
-def _launch(conf: dict[str, str], pipes: dict) -> JavaGateway:
-    return launch_gateway(
-        SparkConf(loadDefaults=False).setAll(list(conf.items())),
-        # In a process group of its own: a supervisor's SIGTERM to the
-        # group would end the JVM under the queries this process is
-        # stopping cleanly. It still exits when its stdin closes.
-        popen_kwargs={
-            "stdout": pipes[1][1],
-            "stderr": pipes[2][1],
-            "start_new_session": True,
-        },
-    )
 
 
 _EXECUTOR_ENV = "spark.executorEnv."
@@ -322,14 +318,15 @@ def _executor_environment(conf: dict[str, str]):
     environment spark.yml gives executors (``spark.executorEnv.NAME``), as
     an executor would; a variable set in the shell wins. PySpark starts the
     JVM with this process's environment, so it is set here for that moment."""
-    given = {
-        key.removeprefix(_EXECUTOR_ENV): value
+    local = conf.get("spark.master", "local").startswith("local")
+    added = {
+        name: value
         for key, value in conf.items()
-        if key.startswith(_EXECUTOR_ENV) and key.removeprefix(_EXECUTOR_ENV)
+        if local
+        and key.startswith(_EXECUTOR_ENV)
+        and (name := key.removeprefix(_EXECUTOR_ENV))
+        and name not in os.environ
     }
-    if not conf.get("spark.master", "local").startswith("local"):
-        given = {}
-    added = {name: value for name, value in given.items() if name not in os.environ}
     os.environ.update(added)
     try:
         yield
