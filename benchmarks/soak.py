@@ -27,8 +27,14 @@ last ``--judge`` minutes each figure's smallest and largest value, and how
 far apart (issue 70 holds memory to 5 %). The minutes go to
 ``soak-minutes.json`` in ``--workdir``.
 
+With ``--profile-at 5,50``, the minute after each of those minutes is
+profiled (``thread_cpu.py``): each process's CPU by thread group (the run's
+JVM, its Python driver, the broker, the producer), and a Flight Recording
+of the JVM (``soak-minute-<m>.jfr`` in ``--workdir``).
+
     python benchmarks/soak.py [--minutes 60] [--rate 5000] [--trigger "5 seconds"]
                               [--pipelines __default__,dedupe] [--judge 30]
+                              [--spark-conf KEY=VALUE] [--profile-at 5,50]
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -50,6 +57,7 @@ from batch import bench_project
 from jvm_memory import jvm_memory
 from kafka_rate import TOPIC, committed_offsets, new_topic, start_run, write_environment
 from producers import PACING
+from thread_cpu import describe, profile_window
 from trips import trips
 
 # One message in COPY_EVERY is a copy of the one sent COPY_BEHIND before.
@@ -103,13 +111,26 @@ def main() -> None:
         "--judge", type=int, default=30, help="the last minutes held to 5 %%"
     )
     parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting over conf/kafka/spark.yml (repeatable)",
+    )
+    parser.add_argument(
+        "--profile-at",
+        default="",
+        metavar="MINUTES",
+        help="comma-separated minutes after which one minute is profiled",
+    )
+    parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
     )
     args = parser.parse_args()
     args.params = f"trigger_interval={args.trigger}"
     project, python = bench_project(args.workdir)
     tables = project / "data/bench-kafka"
-    write_environment(project, tables, [])
+    write_environment(project, tables, args.spark_conf)
     # dedupe reads the trips' topic, whose messages carry their origin.
     catalog = project / "conf/bench-kafka/catalog.yml"
     catalog.write_text(
@@ -139,13 +160,21 @@ def main() -> None:
             text=True,
         )
         progress = tables / "streams/progress.jsonl"
-        minutes = sample_minutes(run, producer, progress)
+        profile = Profiler(args, project, run, producer)
+        minutes = sample_minutes(run, producer, progress, profile)
         sent = int(producer.stdout.read().split()[-1])
-        checkpoint = tables / "checkpoints/bronze_trips"
+        # Every query over the topic has committed the last message before
+        # the stop: a batch the stop cuts short is not in its sink yet.
+        readers = [tables / "checkpoints/bronze_trips"]
+        if "dedupe" in args.pipelines:
+            readers.append(tables / "checkpoints/unique_trips")
         deadline = time.monotonic() + 300
-        while committed_offsets(checkpoint) < sent and time.monotonic() < deadline:
+        while (
+            min(committed_offsets(c) for c in readers) < sent
+            and time.monotonic() < deadline
+        ):
             time.sleep(2)
-        committed = committed_offsets(checkpoint)
+        committed = committed_offsets(readers[0])
     finally:
         if run and run.poll() is None:
             run.send_signal(signal.SIGTERM)
@@ -168,7 +197,7 @@ def main() -> None:
         )
 
 
-def sample_minutes(run, producer, progress: Path) -> list[dict]:
+def sample_minutes(run, producer, progress: Path, profile) -> list[dict]:
     """Per minute while ``producer`` runs: memory and each query's batches."""
     minutes: list[dict] = []
     started, read_to = time.monotonic(), 0
@@ -182,8 +211,41 @@ def sample_minutes(run, producer, progress: Path) -> list[dict]:
             records, read_to = new_records(progress, read_to)
             minutes.append(minute(len(minutes) + 1, samples, records))
             print(line(minutes[-1]), flush=True)
+            profile.after(len(minutes))
             samples = []
+    profile.join()
     return minutes
+
+
+class Profiler:
+    """Profiles the minute after each of ``--profile-at``'s, beside the
+    sampling (a thread: the window is a minute long)."""
+
+    def __init__(self, args, project: Path, run, producer) -> None:
+        self._at = {int(m) for m in args.profile_at.split(",") if m}
+        self._workdir = args.workdir
+        self._broker = project / "data/kafka-broker/broker.json"
+        self._run, self._producer = run, producer
+        self._threads: list[threading.Thread] = []
+
+    def after(self, minute: int) -> None:
+        if minute in self._at:
+            thread = threading.Thread(target=self._window, args=(minute,))
+            thread.start()
+            self._threads.append(thread)
+
+    def _window(self, minute: int) -> None:
+        java = next(c for c in children(self._run.pid) if name(c) == "java")
+        pids = {"jvm": java, "kedro (Python)": self._run.pid}
+        pids["producer"] = self._producer.pid
+        pids["broker"] = json.loads(self._broker.read_text())["pid"]
+        jfr = self._workdir / f"soak-minute-{minute}.jfr"
+        window = profile_window(pids, 60, jfr)
+        print(f"CPU, minute {minute} to {minute + 1}:\n{describe(window)}", flush=True)
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join()
 
 
 def memory(pid: int) -> tuple[float, float, float, float]:
