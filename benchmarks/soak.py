@@ -30,7 +30,9 @@ far apart (issue 70 holds memory to 5 %). The minutes go to
 With ``--profile-at 5,50``, the minute after each of those minutes is
 profiled (``thread_cpu.py``): each process's CPU by thread group (the run's
 JVM, its Python driver, the broker, the producer), and a Flight Recording
-of the JVM (``soak-minute-<m>.jfr`` in ``--workdir``).
+of the JVM (``soak-minute-<m>.jfr`` in ``--workdir``). The recording's
+start makes the JIT recompile: on two cores the next minute's batches are
+slower (p95 about 10 s at minute 5), so leave those minutes out of figures.
 
     python benchmarks/soak.py [--minutes 60] [--rate 5000] [--trigger "5 seconds"]
                               [--pipelines __default__,dedupe] [--judge 30]
