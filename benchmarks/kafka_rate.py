@@ -61,13 +61,7 @@ def main() -> None:
         help="when producing starts: once the queries run (default), or with "
         "`kedro run` (its start-up counted as latency)",
     )
-    parser.add_argument(
-        "--spark-conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a Spark setting over conf/kafka/spark.yml (repeatable)",
-    )
+    add_spark_conf(parser)
     parser.add_argument(
         "--workdir", type=Path, default=Path("/tmp/kedro-streaming-bench")
     )
@@ -169,6 +163,17 @@ def main() -> None:
     for line in scrape.splitlines():
         if 'query="bronze_trips"' in line and "_bucket" not in line:
             print(f"  {line}")
+
+
+def add_spark_conf(parser: argparse.ArgumentParser) -> None:
+    """``--spark-conf KEY=VALUE``, repeatable: settings over conf/kafka/spark.yml."""
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting over conf/kafka/spark.yml (repeatable)",
+    )
 
 
 def write_environment(project: Path, tables: Path, spark_conf: list[str]) -> None:

@@ -57,7 +57,14 @@ sys.path.insert(0, str(HERE))
 
 from batch import bench_project
 from jvm_memory import jvm_memory
-from kafka_rate import TOPIC, committed_offsets, new_topic, start_run, write_environment
+from kafka_rate import (
+    TOPIC,
+    add_spark_conf,
+    committed_offsets,
+    new_topic,
+    start_run,
+    write_environment,
+)
 from producers import PACING
 from thread_cpu import describe, profile_window
 from trips import trips
@@ -112,13 +119,7 @@ def main() -> None:
     parser.add_argument(
         "--judge", type=int, default=30, help="the last minutes held to 5 %%"
     )
-    parser.add_argument(
-        "--spark-conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a Spark setting over conf/kafka/spark.yml (repeatable)",
-    )
+    add_spark_conf(parser)
     parser.add_argument(
         "--profile-at",
         default="",
