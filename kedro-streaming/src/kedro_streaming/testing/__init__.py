@@ -176,10 +176,13 @@ class StreamTest:
         after the last step, read from its checkpoint as ``kedro streams
         state`` reads it: one dict per key (``key.<field>``, ``value.<field>``,
         ``partition_id``), sorted. ``read``: ``operator`` (0), ``part`` (a
-        join's side, a processor's variable), ``batch``, ``since`` (the
-        changes after that batch), ``timers``."""
-        name = sink or next(iter(self._queries))
-        return state_records(self._spark, str(self._queries[name].checkpoint), **read)
+        join's side, a processor's variable), ``batch`` (the last step's last
+        by default, even if a query with processing-time timers ran more
+        since), ``since`` (the changes after that batch), ``timers``."""
+        query = self._queries[sink or next(iter(self._queries))]
+        if read.get("batch") is None and query.step_batch is not None:
+            read["batch"] = query.step_batch
+        return state_records(self._spark, str(query.checkpoint), **read)
 
     def close(self) -> None:
         """Stops the queries; the ``stream_test`` fixture calls it after the test."""

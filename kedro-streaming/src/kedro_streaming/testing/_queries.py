@@ -59,6 +59,13 @@ class SinkQuery:
     def checkpoint(self) -> Path:
         return self._checkpoint
 
+    @property
+    def step_batch(self) -> int | None:
+        """The last batch the last step took, of a query that runs from step
+        to step (processing-time timers): it goes on with batches of its own
+        meanwhile. None where the query stopped at the step's end."""
+        return self._seen if self._clocked and self._seen >= 0 else None
+
     def use(self, frame: DataFrame) -> None:
         """Runs ``frame`` from the next start on (built again by a restart)."""
         self._frame = frame
@@ -151,6 +158,8 @@ class SinkQuery:
         if done:
             (commits / str(max(done))).unlink()
             (commits / f".{max(done)}.crc").unlink(missing_ok=True)
+            # That batch is the next step's again.
+            self._seen = min(self._seen, max(done) - 1)
 
     def _caught_up(
         self, query: StreamingQuery, landed: dict[str, int], began: float
