@@ -1,8 +1,10 @@
 """The stream harness itself: what the pipelines' stream tests rely on."""
 
+import importlib.util
 import json
 import re
 import shutil
+import sys
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -223,3 +225,46 @@ def test_a_changes_sink_naming_a_column_it_lacks_is_refused(stream_test):
             streams={"events": "value STRING"},
             changes={"keys": "idd", "sequence": "_lsn"},
         )
+
+
+# A module as pytest imports a test module of a folder without __init__.py:
+# by its path, under a name Spark's Python workers cannot import.
+UNIMPORTABLE = """
+from pyspark.sql import Row
+from pyspark.sql.streaming import StatefulProcessor
+
+class Echo(StatefulProcessor):
+    def init(self, handle):
+        pass
+
+    def handleInputRows(self, key, rows, timerValues):
+        yield Row(key=key[0])
+
+def echoed(events):
+    return events.groupBy("key").transformWithState(
+        Echo(), "key STRING", "Append", "ProcessingTime"
+    )
+"""
+
+
+def test_a_processor_spark_s_workers_cannot_import_is_said_with_the_fix(
+    stream_test, tmp_path, monkeypatch
+):
+    (tmp_path / "test_unimportable.py").write_text(UNIMPORTABLE)
+    spec = importlib.util.spec_from_file_location(
+        "test_unimportable", tmp_path / "test_unimportable.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "test_unimportable", module)
+    spec.loader.exec_module(module)
+    query = stream_test(module.echoed, streams={"events": "key STRING"})
+    with pytest.raises(RuntimeError) as failed:
+        query.step(events=[("a",)])
+    assert "No module named 'test_unimportable'" in str(failed.value)
+    assert str(failed.value).endswith(
+        "Spark's Python workers could not import 'test_unimportable', the module "
+        "of a function or processor the query runs: they import it by name from "
+        "the folder pytest runs in. Define it in your package (src/), or make "
+        "the test's folder a package (an __init__.py in it and in each folder "
+        "above it, up to where pytest runs)."
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Row
 from pyspark.sql.streaming import StreamingQuery
 
@@ -108,7 +110,10 @@ class SinkQuery:
             self._seen = max(report["batchId"] for report in reports)
         else:
             self._query = None  # stops by itself: the next step starts anew
-            query.awaitTermination()
+            try:
+                query.awaitTermination()
+            except StreamingQueryException as error:
+                raise query_failure(query, error) from None
             reports = [json.loads(report.json) for report in query.recentProgress]
         # The rows of the batches reported, in order; a batch that ran since
         # (a query that runs on) is the next step's.
@@ -187,11 +192,14 @@ class SinkQuery:
             caught = _caught_up_to(reports, awaited, began)
             if caught is not None:
                 return reports[: caught + 1]
-            if query.exception() is not None or time.monotonic() > deadline:
+            if query.exception() is not None:
+                query.stop()
+                raise query_failure(query, query.exception())
+            if time.monotonic() > deadline:
                 query.stop()
                 raise RuntimeError(
                     f"query {query.name or query.id} did not read the step's data "
-                    f"within {_STEP_TIMEOUT} s: {query.exception() or query.status}"
+                    f"within {_STEP_TIMEOUT} s: {query.status}"
                 )
             time.sleep(0.05)
 
@@ -213,3 +221,22 @@ def _caught_up_to(
         if late_enough and all(read[f] >= rows for f, rows in awaited.items()):
             return index
     return None
+
+
+def query_failure(query: StreamingQuery, error: Any) -> RuntimeError:
+    """The error of a step whose query failed, with what to do where Spark's
+    Python workers could not import the module of a node's function (a UDF,
+    a ``StatefulProcessor``): pytest imports a test module by its path, the
+    workers by its name, from the folder the tests run in."""
+    text = str(error)
+    missing = re.search(r"No module named '([^']+)'", text)
+    hint = (
+        f"\nSpark's Python workers could not import {missing.group(1)!r}, the "
+        "module of a function or processor the query runs: they import it by "
+        "name from the folder pytest runs in. Define it in your package "
+        "(src/), or make the test's folder a package (an __init__.py in it and "
+        "in each folder above it, up to where pytest runs)."
+        if missing
+        else ""
+    )
+    return RuntimeError(f"query {query.name or query.id} failed: {text}{hint}")
