@@ -5,6 +5,7 @@ import json
 import re
 import shutil
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -12,7 +13,10 @@ import pytest
 from kedro.pipeline import Pipeline, node
 from kedro_streaming import debezium_changes
 from kedro_streaming._observe.state_contents import state_records
+from kedro_streaming.testing import _queries
 from pyspark.sql import DataFrame
+from pyspark.sql.functions import udf
+from pyspark.sql.types import StringType
 
 
 def count_per_key(events: DataFrame) -> DataFrame:
@@ -267,4 +271,51 @@ def test_a_processor_spark_s_workers_cannot_import_is_said_with_the_fix(
         "the folder pytest runs in. Define it in your package (src/), or make "
         "the test's folder a package (an __init__.py in it and in each folder "
         "above it, up to where pytest runs)."
+    )
+
+
+@udf(StringType())
+def asleep(value: str) -> str:
+    time.sleep(3600)
+    return value
+
+
+@pytest.mark.parametrize(
+    ("schema", "rows"),
+    [
+        pytest.param("key STRING", [("a",), ("é b",)], id="the-udf-s-column-alone"),
+        pytest.param("key STRING, n INT", [("a", 1), ("é b", 2)], id="among-others"),
+    ],
+)
+def test_a_python_udf_runs_over_the_step_s_files(stream_test, schema, rows):
+    # Spark 4.2.0 hands an Arrow UDF a parquet scan's batches whole, and its
+    # worker waited for ever for this one (SPARK-58241): the session works
+    # around it. (A UDF of a module the workers import by name got through.)
+    @udf(StringType())
+    def shouted(value: str) -> str:
+        return value.upper()
+
+    query = stream_test(
+        lambda events: events.withColumn("loud", shouted("key")),
+        streams={"events": schema},
+    )
+    step = query.step(events=rows)
+    assert step.rows == [(*row, row[0].upper()) for row in rows]
+
+
+def test_a_step_whose_query_stalls_fails_saying_where_it_stood(
+    stream_test, monkeypatch
+):
+    monkeypatch.setattr(_queries, "_STEP_TIMEOUT", 10)
+    query = stream_test(
+        lambda events: events.withColumn("slow", asleep("key")),
+        streams={"events": "key STRING"},
+    )
+    with pytest.raises(RuntimeError) as stalled:
+        query.step(events=[("a",)])
+    assert re.fullmatch(
+        r"query [0-9a-f-]{36} did not finish the step's batches within 10 s \(no "
+        r"batch yet; Processing new data\): see the Python workers' and the "
+        r"driver's output above for what it waited on\.",
+        str(stalled.value),
     )

@@ -49,7 +49,7 @@ import ast
 
 import lazy_loader
 
-__version__ = "0.16.3"
+__version__ = "0.16.4"
 
 
 def _stub_names() -> dict[str, list[str]]:

@@ -35,6 +35,8 @@ def spark_conf() -> dict[str, str]:
 def spark(spark_conf):
     from pyspark.sql import SparkSession  # noqa: PLC0415 (tests that use Spark)
 
+    from kedro_streaming._session.defects import work_around_defects  # noqa: PLC0415
+
     # Python workers (UDFs, transformWithState) in this interpreter, not
     # `python3` from PATH: PySpark reads PYSPARK_PYTHON when the session starts.
     chosen = os.environ.get("PYSPARK_PYTHON")
@@ -62,6 +64,7 @@ def spark(spark_conf):
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    work_around_defects(session, chosen=spark_conf)
     yield session
     session.stop()
     if chosen is None:

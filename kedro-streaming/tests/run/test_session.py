@@ -18,6 +18,7 @@ from kedro_streaming._connectors.delta import (
 )
 from kedro_streaming._connectors.kafka.connector import check_kafka_connector
 from kedro_streaming._session import jvm, packages, session
+from kedro_streaming._session.defects import work_around_defects
 from kedro_streaming._session.jvm import (
     _claim_recording,
     _prune_class_archives,
@@ -464,3 +465,33 @@ def test_a_run_in_a_project_s_subfolder_starts_java_with_its_jit_directives(tmp_
     # Nor of the incubator module that Spark 4 adds at every start.
     for note in ("compiler directives added", "Using incubator modules"):
         assert note not in started.stdout + started.stderr
+
+
+COLUMNAR_INPUT = "spark.sql.execution.arrow.pythonUDF.columnarInput.enabled"
+
+
+@pytest.mark.parametrize(
+    ("chosen", "after"),
+    [
+        pytest.param({}, "false", id="worked-around"),
+        pytest.param({COLUMNAR_INPUT: "true"}, "true", id="the-project-s-choice"),
+    ],
+)
+def test_spark_4_2_0_s_udf_defect_is_worked_around_unless_the_project_chose(
+    spark, chosen, after, caplog
+):
+    assert spark.version == "4.2.0", "the defect and its workaround are 4.2.0's"
+    spark.conf.set(COLUMNAR_INPUT, "true")  # Spark 4.2.0's default
+    try:
+        with caplog.at_level("INFO", logger="kedro_streaming.session"):
+            applied = work_around_defects(spark, chosen=chosen)
+        assert spark.conf.get(COLUMNAR_INPUT) == after
+    finally:
+        spark.conf.set(COLUMNAR_INPUT, "false")
+    said = [
+        "Spark 4.2.0: spark.sql.execution.arrow.pythonUDF.columnarInput.enabled="
+        "false, or a Python UDF over a parquet or Delta source waits for ever "
+        "(SPARK-58241, fixed in 4.2.1). Set it in spark.yml to choose otherwise."
+    ]
+    assert caplog.messages == (said if applied else [])
+    assert [w.setting for w in applied] == ([] if chosen else [COLUMNAR_INPUT])

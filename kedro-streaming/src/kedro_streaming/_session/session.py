@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import is_remote
 
 from kedro_streaming._connectors.registry import CONNECTORS
+from kedro_streaming._session.defects import work_around_defects
 from kedro_streaming._session.jvm import (
     records_class_archive,
     start_jvm,
@@ -113,6 +114,7 @@ def spark_session() -> SparkSession:
         _log_settings_the_server_keeps(spark, conf, remote)
     else:
         _quiet_local_logs(spark)
+    work_around_defects(spark, chosen=_settings)
     # The packages the running Spark loaded: a Connect server's or a cluster's
     # Spark may differ from the local PySpark.
     for connector in CONNECTORS:

@@ -31,7 +31,7 @@ from kedro_streaming.testing._steps import Step, collector, step_result
 # slept (the spells recipe of the project's docs/stateful.md: 155 CPU seconds
 # in 89 s, against 121 at one a second).
 _CLOCKED_TRIGGER = "1 second"
-_STEP_TIMEOUT = 300  # seconds for such a query to read a step's data
+_STEP_TIMEOUT = 300  # seconds for a query to run a step's batches
 
 
 class SinkQuery:
@@ -111,9 +111,11 @@ class SinkQuery:
         else:
             self._query = None  # stops by itself: the next step starts anew
             try:
-                query.awaitTermination()
+                finished = query.awaitTermination(_STEP_TIMEOUT)
             except StreamingQueryException as error:
                 raise query_failure(query, error) from None
+            if not finished:
+                raise _stalled(query, "finish the step's batches")
             reports = [json.loads(report.json) for report in query.recentProgress]
         # The rows of the batches reported, in order; a batch that ran since
         # (a query that runs on) is the next step's.
@@ -196,11 +198,7 @@ class SinkQuery:
                 query.stop()
                 raise query_failure(query, query.exception())
             if time.monotonic() > deadline:
-                query.stop()
-                raise RuntimeError(
-                    f"query {query.name or query.id} did not read the step's data "
-                    f"within {_STEP_TIMEOUT} s: {query.status}"
-                )
+                raise _stalled(query, "read the step's data")
             time.sleep(0.05)
 
 
@@ -221,6 +219,19 @@ def _caught_up_to(
         if late_enough and all(read[f] >= rows for f, rows in awaited.items()):
             return index
     return None
+
+
+def _stalled(query: StreamingQuery, what: str) -> RuntimeError:
+    """Stops ``query``, which did not ``what`` in time: the error to raise,
+    with where the query stood (Spark's status and its last batch)."""
+    status, last = query.status, query.lastProgress
+    query.stop()
+    batch = "no batch yet" if last is None else f"last batch {last['batchId']}"
+    return RuntimeError(
+        f"query {query.name or query.id} did not {what} within {_STEP_TIMEOUT} s "
+        f"({batch}; {status['message']}): see the Python workers' and the "
+        "driver's output above for what it waited on."
+    )
 
 
 def query_failure(query: StreamingQuery, error: Any) -> RuntimeError:
