@@ -275,7 +275,7 @@ def test_a_processor_spark_s_workers_cannot_import_is_said_with_the_fix(
 
 
 @udf(StringType())
-def asleep(value: str) -> str:
+def asleep(value):
     time.sleep(3600)
     return value
 
@@ -292,7 +292,7 @@ def test_a_python_udf_runs_over_the_step_s_files(stream_test, schema, rows):
     # worker waited for ever for this one (SPARK-58241): the session works
     # around it. (A UDF of a module the workers import by name got through.)
     @udf(StringType())
-    def shouted(value: str) -> str:
+    def shouted(value):
         return value.upper()
 
     query = stream_test(
